@@ -1,0 +1,49 @@
+/* common.h — internal helpers shared by every part of libkvq. */
+#ifndef KVQ_COMMON_H
+#define KVQ_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kvq.h"
+
+/* Records a message for kvq_last_error() and returns the status. */
+kvq_status kvq_fail(kvq_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Return-on-error helpers in the style of zstd's RETURN_ERROR_IF. */
+#define KVQ_RETURN_IF(cond, status, ...)                                      \
+    do {                                                                     \
+        if (cond) return kvq_fail((status), __VA_ARGS__);                    \
+    } while (0)
+
+#define KVQ_FORWARD(expr)                                                     \
+    do {                                                                     \
+        kvq_status kvq_fwd_s_ = (expr);                                      \
+        if (kvq_fwd_s_ != KVQ_OK) return kvq_fwd_s_;                         \
+    } while (0)
+
+/* Per-ISA kernel files compile with these per-function targets, so the
+ * library itself stays portable x86-64 and picks kernels at run time. */
+#if defined(__x86_64__)
+#define KVQ_HAVE_X86 1
+#define KVQ_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KVQ_TARGET_AVX512 \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
+#else
+#define KVQ_HAVE_X86 0
+#endif
+
+#define KVQ_ALWAYS_INLINE inline __attribute__((always_inline))
+#define KVQ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Cache-line aligned allocation (64 bytes); NULL on failure or size 0. */
+void *kvq_alloc_aligned(size_t size);
+void kvq_free_aligned(void *p);
+
+/* a * b, or SIZE_MAX on overflow. */
+static inline size_t kvq_mul_size(size_t a, size_t b) {
+    size_t r;
+    return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+#endif

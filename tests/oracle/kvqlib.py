@@ -1,0 +1,78 @@
+"""ctypes bindings to build/libkvq.so for the oracle tests."""
+import ctypes
+import os
+
+import numpy as np
+
+_lib = None
+
+
+def load(build_dir):
+    global _lib
+    _lib = ctypes.CDLL(os.path.join(build_dir, "libkvq.so"))
+    _lib.kvq_codec_create.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64,
+                                      ctypes.POINTER(ctypes.c_void_p)]
+    _lib.kvq_codec_free.argtypes = [ctypes.c_void_p]
+    _lib.kvq_codec_row_bytes.argtypes = [ctypes.c_void_p]
+    _lib.kvq_codec_row_bytes.restype = ctypes.c_size_t
+    _lib.kvq_codec_encode_row.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    _lib.kvq_codec_decode_row.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    _lib.kvq_codec_set_isa.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    _lib.kvq_isa_detected.restype = ctypes.c_int
+    _lib.kvq_last_error.restype = ctypes.c_char_p
+    _lib.kvq_codec_name_at.restype = ctypes.c_char_p
+    return _lib
+
+
+def lib():
+    return _lib
+
+
+def isa_paths():
+    """Every ISA path this CPU can run: 0 = ref, 1 = avx2, 2 = avx512."""
+    return list(range(_lib.kvq_isa_detected() + 1))
+
+
+def codec_names():
+    names = []
+    i = 0
+    while True:
+        n = _lib.kvq_codec_name_at(i)
+        if n is None:
+            return names
+        names.append(n.decode())
+        i += 1
+
+
+class Codec:
+    def __init__(self, name, head_dim, seed=0, isa=None):
+        self.ptr = ctypes.c_void_p()
+        s = _lib.kvq_codec_create(name.encode(), head_dim, seed, ctypes.byref(self.ptr))
+        if s != 0:
+            raise RuntimeError(_lib.kvq_last_error().decode())
+        if isa is not None and _lib.kvq_codec_set_isa(self.ptr, isa) != 0:
+            raise RuntimeError(_lib.kvq_last_error().decode())
+        self.head_dim = head_dim
+        self.row_bytes = _lib.kvq_codec_row_bytes(self.ptr)
+
+    def __del__(self):
+        if getattr(self, "ptr", None):
+            _lib.kvq_codec_free(self.ptr)
+
+    def encode(self, rows):
+        """rows: (n, head_dim) float32 -> (n, row_bytes) uint8."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32).reshape(-1, self.head_dim)
+        out = np.zeros((rows.shape[0], self.row_bytes), dtype=np.uint8)
+        for i in range(rows.shape[0]):
+            s = _lib.kvq_codec_encode_row(self.ptr, rows[i].ctypes.data, out[i].ctypes.data)
+            if s != 0:
+                raise RuntimeError(_lib.kvq_last_error().decode())
+        return out
+
+    def decode(self, data):
+        """data: (n, row_bytes) uint8 -> (n, head_dim) float32."""
+        data = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1, self.row_bytes)
+        out = np.zeros((data.shape[0], self.head_dim), dtype=np.float32)
+        for i in range(data.shape[0]):
+            _lib.kvq_codec_decode_row(self.ptr, data[i].ctypes.data, out[i].ctypes.data)
+        return out

@@ -1,0 +1,36 @@
+/* kvq.c — the command-line tool: dispatches to subcommands. Uses only
+ * include/kvq.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"codecs", cmd_codecs, "list KV codecs: bits/value, round-trip error, encode speed"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kvq COMMAND [options]   (kvq COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "kvq: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
