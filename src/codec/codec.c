@@ -220,3 +220,13 @@ kvq_status kvq_codec_decode_row(const kvq_codec *c, const void *src, float *y) {
         for (int i = 0; i < c->head_dim; i++) y[i] += c->mean[i];
     return KVQ_OK;
 }
+
+void kvq_codec_to_domain(const kvq_codec *c, const float *x, float *y) {
+    if (c->desc->family->to_domain) c->desc->family->to_domain(c, x, y);
+    else if (x != y) memmove(y, x, sizeof(float) * (size_t)c->head_dim);
+}
+
+void kvq_codec_from_domain(const kvq_codec *c, const float *x, float *y) {
+    if (c->desc->family->from_domain) c->desc->family->from_domain(c, x, y);
+    else if (x != y) memmove(y, x, sizeof(float) * (size_t)c->head_dim);
+}

@@ -27,6 +27,9 @@ typedef struct kvq_family_ops {
     /* Sets c->encode and c->decode for c->isa; a slot without a kernel for
      * that path takes the next lower one, down to the reference. */
     void (*select)(kvq_codec *c);
+    /* Optional, rotated families: y = R x and y = R^T x (x, y may alias). */
+    void (*to_domain)(const kvq_codec *c, const float *x, float *y);
+    void (*from_domain)(const kvq_codec *c, const float *x, float *y);
 } kvq_family_ops;
 
 struct kvq_codec_desc {
@@ -51,7 +54,17 @@ struct kvq_codec {
     void *state;            /* family-owned */
     kvq_encode_fn encode;
     kvq_decode_fn decode;
+    /* Decodes a row into the attention domain: the rotated space R x for
+     * rotated codecs (no inverse rotation, no mean), x itself otherwise.
+     * Attention rotates the query instead (q.k = Rq.Rk) and inverse-rotates
+     * the output once. Set by select(); equals decode for unrotated codecs. */
+    kvq_decode_fn decode_domain;
 };
+
+/* y = R x (to the attention domain) and y = R^T x (back). The identity for
+ * unrotated codecs; x and y may alias. */
+void kvq_codec_to_domain(const kvq_codec *c, const float *x, float *y);
+void kvq_codec_from_domain(const kvq_codec *c, const float *x, float *y);
 
 /* Plain kinds (param of the plain family). */
 enum { KVQ_PLAIN_F32, KVQ_PLAIN_F16, KVQ_PLAIN_BF16 };

@@ -39,6 +39,8 @@ static void decode_bf16_ref(const kvq_codec *c, const void *src, float *y) {
     for (int i = 0; i < c->head_dim; i++) y[i] = kvq_bf16_to_f32(kvq_load_u16(in + 2 * i));
 }
 
+static void plain_pick(kvq_codec *c);
+
 /* Per-ISA kernels (plain_avx2.c, plain_avx512.c). */
 kvq_status kvq_encode_f16_avx2(const kvq_codec *c, const float *x, void *dst);
 void kvq_decode_f16_avx2(const kvq_codec *c, const void *src, float *y);
@@ -48,6 +50,11 @@ void kvq_decode_f16_avx512(const kvq_codec *c, const void *src, float *y);
 kvq_status kvq_encode_bf16_avx512(const kvq_codec *c, const float *x, void *dst);
 
 static void plain_select(kvq_codec *c) {
+    plain_pick(c);
+    c->decode_domain = c->decode;
+}
+
+static void plain_pick(kvq_codec *c) {
     switch (c->desc->param) {
     case KVQ_PLAIN_F32:
         c->encode = encode_f32;
