@@ -46,19 +46,25 @@ static inline KVQ_TARGET_AVX512 uint32_t pack_nibbles(__m512i q0, __m512i q1, ui
 
 KVQ_TARGET_AVX512 kvq_status kvq_encode_q8_0_avx512(const kvq_codec *c, const float *x, void *dst) {
     uint8_t *out = dst;
+    const int nb = c->head_dim / QK;
     const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-    for (int b = 0; b < c->head_dim / QK; b++, x += QK, out += 2 + QK) {
-        const __m512 v[2] = {_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16)};
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
-        const float d = amax / 127;
+    /* Scales first: the blocks' reductions are independent and overlap. */
+    float ids[KVQ_MAX_HEAD_DIM / QK];
+    for (int b = 0; b < nb; b++) {
+        const __m512 a = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + QK * b)),
+                                       _mm512_abs_ps(_mm512_loadu_ps(x + QK * b + 16)));
+        const float d = _mm512_reduce_max_ps(a) / 127;
         const uint16_t h = kvq_f32_to_f16(d);
         if (kvq_ggml_f16_is_inf(h)) return KVQ_ERR_RANGE;
-        const __m512 id = _mm512_set1_ps(kvq_ggml_inv_scale(d, h));
-        kvq_store_u16(out, h);
+        ids[b] = kvq_ggml_inv_scale(d, h);
+        kvq_store_u16(out + (2 + QK) * b, h);
+    }
+    for (int b = 0; b < nb; b++, x += QK, out += 2 + QK) {
+        const __m512 id = _mm512_set1_ps(ids[b]);
         for (int k = 0; k < 2; k++) {
             /* roundf: truncate, then step away from zero when the exact
              * remainder is at least one half */
-            const __m512 s = _mm512_mul_ps(v[k], id);
+            const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * k), id);
             __m512 t = _mm512_roundscale_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
             const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(s, t)), half, _CMP_GE_OQ);
             const __m512 step = _mm512_or_ps(one, _mm512_and_ps(s, _mm512_set1_ps(-0.0f)));
@@ -69,40 +75,53 @@ KVQ_TARGET_AVX512 kvq_status kvq_encode_q8_0_avx512(const kvq_codec *c, const fl
     return KVQ_OK;
 }
 
+/* Both encoders compute every block's scales first (independent
+ * reductions that overlap), then quantize. */
 static inline KVQ_TARGET_AVX512 kvq_status encode_sym(const kvq_codec *c, const float *x, uint8_t *out, int bits) {
-    const int half = 1 << (bits - 1), qmax = (1 << bits) - 1;
+    const int half = 1 << (bits - 1), qmax = (1 << bits) - 1, nb = c->head_dim / QK;
     const size_t bb = kvq_ggml_block_bytes(bits == 4 ? KVQ_GGML_Q4_0 : KVQ_GGML_Q5_0);
     const __m512 offset = _mm512_set1_ps((float)half + 0.5f);
-    for (int b = 0; b < c->head_dim / QK; b++, x += QK, out += bb) {
-        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-        const float d = first_absmax(x, v0, v1) / -half;
+    float ids[KVQ_MAX_HEAD_DIM / QK];
+    for (int b = 0; b < nb; b++) {
+        const float *xb = x + QK * b;
+        const float d = first_absmax(xb, _mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)) / -half;
         const uint16_t h = kvq_f32_to_f16(d);
         if (kvq_ggml_f16_is_inf(h)) return KVQ_ERR_RANGE;
-        const __m512 id = _mm512_set1_ps(kvq_ggml_inv_scale(d, h));
-        kvq_store_u16(out, h);
-        const uint32_t qh = pack_nibbles(quant_trunc(v0, id, offset, qmax), quant_trunc(v1, id, offset, qmax),
-                                         out + bb - QK / 2);
+        ids[b] = kvq_ggml_inv_scale(d, h);
+        kvq_store_u16(out + bb * b, h);
+    }
+    for (int b = 0; b < nb; b++, x += QK, out += bb) {
+        const __m512 id = _mm512_set1_ps(ids[b]);
+        const uint32_t qh = pack_nibbles(quant_trunc(_mm512_loadu_ps(x), id, offset, qmax),
+                                         quant_trunc(_mm512_loadu_ps(x + 16), id, offset, qmax), out + bb - QK / 2);
         if (bits == 5) memcpy(out + 2, &qh, 4);
     }
     return KVQ_OK;
 }
 
 static inline KVQ_TARGET_AVX512 kvq_status encode_asym(const kvq_codec *c, const float *x, uint8_t *out, int bits) {
-    const int qmax = (1 << bits) - 1;
+    const int qmax = (1 << bits) - 1, nb = c->head_dim / QK;
     const size_t bb = kvq_ggml_block_bytes(bits == 4 ? KVQ_GGML_Q4_1 : KVQ_GGML_Q5_1);
     const __m512 offset = _mm512_set1_ps(0.5f);
-    for (int b = 0; b < c->head_dim / QK; b++, x += QK, out += bb) {
-        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-        const float min = first_equal(x, v0, v1, _mm512_reduce_min_ps(_mm512_min_ps(v0, v1)));
-        const float max = first_equal(x, v0, v1, _mm512_reduce_max_ps(_mm512_max_ps(v0, v1)));
+    float ids[KVQ_MAX_HEAD_DIM / QK], mins[KVQ_MAX_HEAD_DIM / QK];
+    for (int b = 0; b < nb; b++) {
+        const float *xb = x + QK * b;
+        const __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+        const float min = first_equal(xb, v0, v1, _mm512_reduce_min_ps(_mm512_min_ps(v0, v1)));
+        const float max = first_equal(xb, v0, v1, _mm512_reduce_max_ps(_mm512_max_ps(v0, v1)));
         const float d = (max - min) / qmax;
         const uint16_t h = kvq_f32_to_f16(d), hm = kvq_f32_to_f16(min);
         if (kvq_ggml_f16_is_inf(h) || kvq_ggml_f16_is_inf(hm)) return KVQ_ERR_RANGE;
-        const __m512 id = _mm512_set1_ps(kvq_ggml_inv_scale(d, h)), vmin = _mm512_set1_ps(min);
-        kvq_store_u16(out, h);
-        kvq_store_u16(out + 2, hm);
-        const uint32_t qh = pack_nibbles(quant_trunc(_mm512_sub_ps(v0, vmin), id, offset, qmax),
-                                         quant_trunc(_mm512_sub_ps(v1, vmin), id, offset, qmax), out + bb - QK / 2);
+        ids[b] = kvq_ggml_inv_scale(d, h);
+        mins[b] = min;
+        kvq_store_u16(out + bb * b, h);
+        kvq_store_u16(out + bb * b + 2, hm);
+    }
+    for (int b = 0; b < nb; b++, x += QK, out += bb) {
+        const __m512 id = _mm512_set1_ps(ids[b]), vmin = _mm512_set1_ps(mins[b]);
+        const uint32_t qh = pack_nibbles(quant_trunc(_mm512_sub_ps(_mm512_loadu_ps(x), vmin), id, offset, qmax),
+                                         quant_trunc(_mm512_sub_ps(_mm512_loadu_ps(x + 16), vmin), id, offset, qmax),
+                                         out + bb - QK / 2);
         if (bits == 5) memcpy(out + 4, &qh, 4);
     }
     return KVQ_OK;
