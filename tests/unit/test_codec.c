@@ -19,6 +19,12 @@ static const struct {
     {"f32", 0.0, 0.0},
     {"f16", 1.5e-7, 1.5e-7},
     {"bf16", 4e-6, 4e-6},
+    {"q8_0", 4.5e-5, 2.3e-4},
+    {"q4_0", 1.1e-2, 2.7e-2},
+    {"q4_1", 9.5e-3, 2.2e-2},
+    {"q5_0", 2.8e-3, 1.1e-2},
+    {"q5_1", 2.2e-3, 5e-3},
+    {"iq4_nl", 8.7e-3, 2e-2},
 };
 
 static int bound_for(const char *name, double *gauss, double *outlier) {

@@ -1,0 +1,310 @@
+/* ggml_blocks_avx2.c — ggml block codecs with AVX2: one block of 32 values is
+ * four 8-lane vectors. Bit-exact with ggml_blocks.c: the same fp32 operations
+ * in the same order (separate mul and add, truncating conversion, ggml's
+ * first-occurrence max), scales converted by the scalar fp16 code. */
+#include "codec/ggml_blocks.h"
+#include "common/fp16.h"
+
+#if KVQ_HAVE_X86
+#include <immintrin.h>
+
+#define QK KVQ_GGML_QK
+
+static inline KVQ_TARGET_AVX2 float hmax(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+static inline KVQ_TARGET_AVX2 float hmin(__m256 v) {
+    __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_min_ss(m, _mm_movehdup_ps(m)));
+}
+
+static inline KVQ_TARGET_AVX2 __m256 vabs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+/* Bit i set where lane i of the block (32 lanes in v[0..3]) equals e. */
+static inline KVQ_TARGET_AVX2 uint32_t lanes_equal(const __m256 v[4], float e) {
+    uint32_t m = 0;
+    for (int k = 0; k < 4; k++)
+        m |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(v[k], _mm256_set1_ps(e), _CMP_EQ_OQ)) << (8 * k);
+    return m;
+}
+
+/* The first value of largest magnitude (ggml's `if (amax < |v|)` scan); +0
+ * when all are zero. */
+static inline KVQ_TARGET_AVX2 float first_absmax(const float *x, const __m256 v[4]) {
+    const __m256 a[4] = {vabs(v[0]), vabs(v[1]), vabs(v[2]), vabs(v[3])};
+    const float amax = hmax(_mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3])));
+    if (amax == 0.0f) return 0.0f;
+    return x[__builtin_ctz(lanes_equal(a, amax))];
+}
+
+/* ggml keeps the first of equal extremes: only the sign of a zero differs. */
+static inline KVQ_TARGET_AVX2 float first_equal(const float *x, const __m256 v[4], float e) {
+    return e != 0.0f ? e : x[__builtin_ctz(lanes_equal(v, 0.0f))];
+}
+
+static inline KVQ_TARGET_AVX2 void load_block(const float *x, __m256 v[4]) {
+    for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(x + 8 * k);
+}
+
+/* (int8_t)(v * id + offset), then MIN(qmax, .): inputs are >= 0 here. */
+static inline KVQ_TARGET_AVX2 __m256i quant_trunc(__m256 v, __m256 id, __m256 offset, int qmax) {
+    const __m256i q = _mm256_cvttps_epi32(_mm256_add_ps(_mm256_mul_ps(v, id), offset));
+    return _mm256_min_epi32(q, _mm256_set1_epi32(qmax));
+}
+
+/* Packs 32 values < 2^bits (q[0..3]): low nibbles into qs, bit 4 into qh. */
+static inline KVQ_TARGET_AVX2 uint32_t pack_nibbles(const __m256i q[4], uint8_t *qs) {
+    const __m256i lo = _mm256_set1_epi32(0x0F);
+    __m256i b[2];
+    uint32_t qh = 0;
+    for (int k = 0; k < 2; k++)
+        b[k] = _mm256_or_si256(_mm256_and_si256(q[k], lo), _mm256_slli_epi32(_mm256_and_si256(q[k + 2], lo), 4));
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(b[0], b[1]), 0xD8);
+    _mm_storeu_si128((__m128i *)qs, _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+    for (int k = 0; k < 4; k++)
+        qh |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_slli_epi32(q[k], 27))) << (8 * k);
+    return qh;
+}
+
+KVQ_TARGET_AVX2 kvq_status kvq_encode_q8_0_avx2(const kvq_codec *c, const float *x, void *dst) {
+    uint8_t *out = dst;
+    const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    for (int b = 0; b < c->head_dim / QK; b++, x += QK, out += 2 + QK) {
+        __m256 v[4];
+        load_block(x, v);
+        const float amax = hmax(_mm256_max_ps(_mm256_max_ps(vabs(v[0]), vabs(v[1])),
+                                              _mm256_max_ps(vabs(v[2]), vabs(v[3]))));
+        const float d = amax / 127;
+        const uint16_t h = kvq_f32_to_f16(d);
+        if (kvq_ggml_f16_is_inf(h)) return KVQ_ERR_RANGE;
+        const __m256 id = _mm256_set1_ps(kvq_ggml_inv_scale(d, h));
+        kvq_store_u16(out, h);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            /* roundf: truncate, then step away from zero when the exact
+             * remainder is at least one half */
+            const __m256 s = _mm256_mul_ps(v[k], id);
+            const __m256 t = _mm256_round_ps(s, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m256 up = _mm256_cmp_ps(vabs(_mm256_sub_ps(s, t)), half, _CMP_GE_OQ);
+            const __m256 step = _mm256_and_ps(up, _mm256_or_ps(one, _mm256_and_ps(s, sign)));
+            q[k] = _mm256_cvtps_epi32(_mm256_add_ps(t, step));
+        }
+        const __m256i w0 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8);
+        const __m256i w1 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8);
+        _mm256_storeu_si256((__m256i *)(out + 2), _mm256_permute4x64_epi64(_mm256_packs_epi16(w0, w1), 0xD8));
+    }
+    return KVQ_OK;
+}
+
+static inline KVQ_TARGET_AVX2 kvq_status encode_sym(const kvq_codec *c, const float *x, uint8_t *out, int bits) {
+    const int half = 1 << (bits - 1), qmax = (1 << bits) - 1;
+    const size_t bb = kvq_ggml_block_bytes(bits == 4 ? KVQ_GGML_Q4_0 : KVQ_GGML_Q5_0);
+    const __m256 offset = _mm256_set1_ps((float)half + 0.5f);
+    for (int b = 0; b < c->head_dim / QK; b++, x += QK, out += bb) {
+        __m256 v[4];
+        load_block(x, v);
+        const float d = first_absmax(x, v) / -half;
+        const uint16_t h = kvq_f32_to_f16(d);
+        if (kvq_ggml_f16_is_inf(h)) return KVQ_ERR_RANGE;
+        const __m256 id = _mm256_set1_ps(kvq_ggml_inv_scale(d, h));
+        kvq_store_u16(out, h);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) q[k] = quant_trunc(v[k], id, offset, qmax);
+        const uint32_t qh = pack_nibbles(q, out + bb - QK / 2);
+        if (bits == 5) memcpy(out + 2, &qh, 4);
+    }
+    return KVQ_OK;
+}
+
+static inline KVQ_TARGET_AVX2 kvq_status encode_asym(const kvq_codec *c, const float *x, uint8_t *out, int bits) {
+    const int qmax = (1 << bits) - 1;
+    const size_t bb = kvq_ggml_block_bytes(bits == 4 ? KVQ_GGML_Q4_1 : KVQ_GGML_Q5_1);
+    const __m256 offset = _mm256_set1_ps(0.5f);
+    for (int b = 0; b < c->head_dim / QK; b++, x += QK, out += bb) {
+        __m256 v[4];
+        load_block(x, v);
+        const float min = first_equal(x, v, hmin(_mm256_min_ps(_mm256_min_ps(v[0], v[1]), _mm256_min_ps(v[2], v[3]))));
+        const float max = first_equal(x, v, hmax(_mm256_max_ps(_mm256_max_ps(v[0], v[1]), _mm256_max_ps(v[2], v[3]))));
+        const float d = (max - min) / qmax;
+        const uint16_t h = kvq_f32_to_f16(d), hm = kvq_f32_to_f16(min);
+        if (kvq_ggml_f16_is_inf(h) || kvq_ggml_f16_is_inf(hm)) return KVQ_ERR_RANGE;
+        const __m256 id = _mm256_set1_ps(kvq_ggml_inv_scale(d, h)), vmin = _mm256_set1_ps(min);
+        kvq_store_u16(out, h);
+        kvq_store_u16(out + 2, hm);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) q[k] = quant_trunc(_mm256_sub_ps(v[k], vmin), id, offset, qmax);
+        const uint32_t qh = pack_nibbles(q, out + bb - QK / 2);
+        if (bits == 5) memcpy(out + 4, &qh, 4);
+    }
+    return KVQ_OK;
+}
+
+KVQ_TARGET_AVX2 kvq_status kvq_encode_q4_0_avx2(const kvq_codec *c, const float *x, void *dst) {
+    return encode_sym(c, x, dst, 4);
+}
+KVQ_TARGET_AVX2 kvq_status kvq_encode_q5_0_avx2(const kvq_codec *c, const float *x, void *dst) {
+    return encode_sym(c, x, dst, 5);
+}
+KVQ_TARGET_AVX2 kvq_status kvq_encode_q4_1_avx2(const kvq_codec *c, const float *x, void *dst) {
+    return encode_asym(c, x, dst, 4);
+}
+KVQ_TARGET_AVX2 kvq_status kvq_encode_q5_1_avx2(const kvq_codec *c, const float *x, void *dst) {
+    return encode_asym(c, x, dst, 5);
+}
+
+/* The iq4_nl codebook as floats, entries 0..7 and 8..15. */
+typedef struct {
+    __m256 a, b;
+} iq4nl_table;
+
+static inline KVQ_TARGET_AVX2 iq4nl_table iq4nl_load_table(void) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)kvq_iq4nl_values);
+    iq4nl_table t = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
+                     _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))};
+    return t;
+}
+
+static inline KVQ_TARGET_AVX2 __m256 iq4nl_lookup(iq4nl_table t, __m256i i) {
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.a, i), _mm256_permutevar8x32_ps(t.b, i),
+                            _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
+}
+
+/* ggml's best_index_int8 per lane, branch-free: ml = the last entry <= x
+ * among 0..14, then the nearer of entries ml and ml + 1 with ggml's tie rule.
+ * Equal to the binary search for every non-NaN x. Returns the index and
+ * stores the entry's value in *q. */
+static inline KVQ_TARGET_AVX2 __m256i iq4nl_index(__m256 x, iq4nl_table t, __m256 *q) {
+    __m256i ml = _mm256_setzero_si256();
+    for (int k = 1; k < 15; k++) {
+        const __m256 le = _mm256_cmp_ps(_mm256_set1_ps(kvq_iq4nl_values[k]), x, _CMP_LE_OQ);
+        ml = _mm256_sub_epi32(ml, _mm256_castps_si256(le));
+    }
+    const __m256i mu = _mm256_add_epi32(ml, _mm256_set1_epi32(1));
+    const __m256 lo = iq4nl_lookup(t, ml), hi = iq4nl_lookup(t, mu);
+    const __m256 lower = _mm256_cmp_ps(_mm256_sub_ps(x, lo), _mm256_sub_ps(hi, x), _CMP_LT_OQ);
+    *q = _mm256_blendv_ps(hi, lo, lower);
+    return _mm256_add_epi32(mu, _mm256_castps_si256(lower));
+}
+
+/* Lanes run ggml's 16 trials (initial + itry -7..7) side by side in two
+ * vectors, each summing over j in ggml's order. */
+KVQ_TARGET_AVX2 kvq_status kvq_encode_iq4_nl_avx2(const kvq_codec *c, const float *x, void *dst) {
+    uint8_t *out = dst;
+    const iq4nl_table t = iq4nl_load_table();
+    for (int b = 0; b < c->head_dim / QK; b++, x += QK, out += 2 + QK / 2) {
+        __m256 v[4];
+        load_block(x, v);
+        const float max = first_absmax(x, v);
+        if (__builtin_fabsf(max) >= KVQ_IQ4NL_RANGE) return KVQ_ERR_RANGE;
+        float d = 0.0f;
+        if (__builtin_fabsf(max) >= KVQ_IQ4NL_EPS) {
+            float ids[16], sumqx[16], sumq2[16];
+            kvq_iq4nl_trial_ids(max, ids);
+            for (int h = 0; h < 2; h++) {
+                const __m256 id = _mm256_loadu_ps(ids + 8 * h);
+                __m256 sqx = _mm256_setzero_ps(), sq2 = _mm256_setzero_ps();
+                for (int j = 0; j < QK; j++) {
+                    const __m256 xj = _mm256_set1_ps(x[j]), w = _mm256_set1_ps(x[j] * x[j]);
+                    __m256 q;
+                    iq4nl_index(_mm256_mul_ps(id, xj), t, &q);
+                    const __m256 wq = _mm256_mul_ps(w, q);
+                    sqx = _mm256_add_ps(sqx, _mm256_mul_ps(wq, xj));
+                    sq2 = _mm256_add_ps(sq2, _mm256_mul_ps(wq, q));
+                }
+                _mm256_storeu_ps(sumqx + 8 * h, sqx);
+                _mm256_storeu_ps(sumq2 + 8 * h, sq2);
+            }
+            d = kvq_iq4nl_pick_scale(sumqx, sumq2);
+        }
+        const uint16_t h = kvq_f32_to_f16(d);
+        if (kvq_ggml_f16_is_inf(h)) return KVQ_ERR_RANGE;
+        const __m256 id = _mm256_set1_ps(kvq_ggml_inv_scale(d, h));
+        kvq_store_u16(out, h);
+        __m256i l[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 q;
+            l[k] = iq4nl_index(_mm256_mul_ps(id, v[k]), t, &q);
+        }
+        pack_nibbles(l, out + 2);
+    }
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------------ decode */
+
+KVQ_TARGET_AVX2 void kvq_decode_q8_0_avx2(const kvq_codec *c, const void *src, float *y) {
+    const uint8_t *in = src;
+    for (int b = 0; b < c->head_dim / QK; b++, in += 2 + QK, y += QK) {
+        const __m256 d = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in)));
+        for (int k = 0; k < 4; k++) {
+            const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(in + 2 + 8 * k)));
+            _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+        }
+    }
+}
+
+/* Block values 8k..8k+7 (k = 0..3) as integers 0..2^bits-1: nibbles of qs
+ * with bit 4 from qh. */
+static inline KVQ_TARGET_AVX2 __m256i unpack(const uint8_t *qs, uint32_t qh, int k) {
+    const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * (k & 1))));
+    const __m256i nib = k < 2 ? _mm256_and_si256(bytes, _mm256_set1_epi32(0x0F)) : _mm256_srli_epi32(bytes, 4);
+    const __m256i shift = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * k));
+    const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)qh), shift), _mm256_set1_epi32(1));
+    return _mm256_or_si256(nib, _mm256_slli_epi32(bit, 4));
+}
+
+static inline KVQ_TARGET_AVX2 void decode_sym(const kvq_codec *c, const uint8_t *in, float *y, int bits) {
+    const size_t bb = kvq_ggml_block_bytes(bits == 4 ? KVQ_GGML_Q4_0 : KVQ_GGML_Q5_0);
+    const __m256i half = _mm256_set1_epi32(1 << (bits - 1));
+    for (int b = 0; b < c->head_dim / QK; b++, in += bb, y += QK) {
+        const __m256 d = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in)));
+        uint32_t qh = 0;
+        if (bits == 5) memcpy(&qh, in + 2, 4);
+        for (int k = 0; k < 4; k++) {
+            const __m256i q = _mm256_sub_epi32(unpack(in + bb - QK / 2, qh, k), half);
+            _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+        }
+    }
+}
+
+static inline KVQ_TARGET_AVX2 void decode_asym(const kvq_codec *c, const uint8_t *in, float *y, int bits) {
+    const size_t bb = kvq_ggml_block_bytes(bits == 4 ? KVQ_GGML_Q4_1 : KVQ_GGML_Q5_1);
+    for (int b = 0; b < c->head_dim / QK; b++, in += bb, y += QK) {
+        const __m256 d = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in)));
+        const __m256 m = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in + 2)));
+        uint32_t qh = 0;
+        if (bits == 5) memcpy(&qh, in + 4, 4);
+        for (int k = 0; k < 4; k++) {
+            const __m256 q = _mm256_cvtepi32_ps(unpack(in + bb - QK / 2, qh, k));
+            _mm256_storeu_ps(y + 8 * k, _mm256_add_ps(_mm256_mul_ps(q, d), m));
+        }
+    }
+}
+
+KVQ_TARGET_AVX2 void kvq_decode_q4_0_avx2(const kvq_codec *c, const void *src, float *y) {
+    decode_sym(c, src, y, 4);
+}
+KVQ_TARGET_AVX2 void kvq_decode_q5_0_avx2(const kvq_codec *c, const void *src, float *y) {
+    decode_sym(c, src, y, 5);
+}
+KVQ_TARGET_AVX2 void kvq_decode_q4_1_avx2(const kvq_codec *c, const void *src, float *y) {
+    decode_asym(c, src, y, 4);
+}
+KVQ_TARGET_AVX2 void kvq_decode_q5_1_avx2(const kvq_codec *c, const void *src, float *y) {
+    decode_asym(c, src, y, 5);
+}
+
+KVQ_TARGET_AVX2 void kvq_decode_iq4_nl_avx2(const kvq_codec *c, const void *src, float *y) {
+    const uint8_t *in = src;
+    const iq4nl_table t = iq4nl_load_table();
+    for (int b = 0; b < c->head_dim / QK; b++, in += 2 + QK / 2, y += QK) {
+        const __m256 d = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in)));
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, iq4nl_lookup(t, unpack(in + 2, 0, k))));
+    }
+}
+#endif
