@@ -19,6 +19,15 @@ static const struct {
     {"f32", 0.0, 0.0},
     {"f16", 1.5e-7, 1.5e-7},
     {"bf16", 4e-6, 4e-6},
+    {"turbo2", 0.175, 0.13},
+    {"turbo3", 0.051, 0.045},
+    {"turbo4", 0.014, 0.0125},
+    {"iso3", 0.051, 0.5},
+    {"iso4", 0.014, 0.34},
+    {"planar3", 0.051, 0.62},
+    {"planar4", 0.014, 0.45},
+    {"rotor3", 0.051, 0.53},
+    {"rotor4", 0.014, 0.34},
 };
 
 static int bound_for(const char *name, double *gauss, double *outlier) {
