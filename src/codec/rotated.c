@@ -50,23 +50,11 @@ static void rot_fini(kvq_codec *c) {
 void kvq_rot_zero_row(const kvq_codec *c, void *dst) { memset(dst, 0, c->base_bytes); }
 
 kvq_status kvq_rot_finish(const kvq_codec *c, const uint8_t *idx, float yc, float cc, void *dst) {
-    const kvq_rot_state *st = c->state;
-    const uint16_t h = kvq_f32_to_f16(yc / cc);
-    if ((h & 0x7FFFu) >= 0x7C00u) return KVQ_ERR_RANGE;
-    if ((h & 0x7FFFu) == 0) {
-        kvq_rot_zero_row(c, dst);
-        return KVQ_OK;
+    switch (((const kvq_rot_state *)c->state)->bits) {
+    case 2: return kvq_rot_finish_bits(c, idx, yc, cc, dst, 2);
+    case 3: return kvq_rot_finish_bits(c, idx, yc, cc, dst, 3);
+    default: return kvq_rot_finish_bits(c, idx, yc, cc, dst, 4);
     }
-    uint8_t *out = dst;
-    kvq_store_u16(out, h);
-    out += 2;
-    const int b = st->bits;
-    for (int g = 0; g < c->head_dim; g += 8, out += b) {
-        uint32_t w = 0;
-        for (int j = 0; j < 8; j++) w |= (uint32_t)idx[g + j] << (j * b);
-        for (int k = 0; k < b; k++) out[k] = (uint8_t)(w >> (8 * k));
-    }
-    return KVQ_OK;
 }
 
 static kvq_status encode_ref(const kvq_codec *c, const float *x, void *dst) {

@@ -24,8 +24,26 @@
 #define KVQ_ROTATED_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "codec/rotation.h"
+#include "common/fp16.h"
+
+static inline uint64_t kvq_load_le64(const void *p) {
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static inline void kvq_store_le64(void *p, uint64_t v) {
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, sizeof v);
+}
 
 /* ||x||^2 below this gives |s| < 2^-50: zero in fp16. Keeps 1/||x|| finite. */
 #define KVQ_ROT_TINY 0x1p-100f
@@ -50,11 +68,42 @@ static inline float kvq_rot_reduce16(const float p[16]) {
     return a[0] + a[1];
 }
 
-/* Finishes an encode from the indices idx (d) and the two reduced sums:
- * stores s and packs the indices, or returns KVQ_ERR_RANGE. */
-kvq_status kvq_rot_finish(const kvq_codec *c, const uint8_t *idx, float yc, float cc, void *dst);
 /* The zero row. */
 void kvq_rot_zero_row(const kvq_codec *c, void *dst);
+
+/* Finishes an encode from the indices idx (d) and the two reduced sums:
+ * stores s and packs the indices, or returns KVQ_ERR_RANGE. b = bits, a
+ * constant at each call so the packing specializes. */
+static KVQ_ALWAYS_INLINE kvq_status kvq_rot_finish_bits(const kvq_codec *c, const uint8_t *idx, float yc, float cc,
+                                                        void *dst, const int b) {
+    const uint16_t h = kvq_f32_to_f16(yc / cc);
+    if ((h & 0x7FFFu) >= 0x7C00u) return KVQ_ERR_RANGE;
+    if ((h & 0x7FFFu) == 0) {
+        kvq_rot_zero_row(c, dst);
+        return KVQ_OK;
+    }
+    uint8_t *out = dst;
+    kvq_store_u16(out, h);
+    out += 2;
+    /* Eight b-bit indices in eight bytes fold into b bytes by merging
+     * neighbours: pairs in 16-bit units, quads in 32, octets in 64. */
+    const uint64_t m1 = 0x0001000100010001ull * ((1u << 2 * b) - 1);
+    const uint64_t m2 = 0x0000000100000001ull * ((1u << 4 * b) - 1);
+    const uint64_t m3 = (1ull << 8 * b) - 1;
+    for (int g = 0; g < c->head_dim; g += 8, out += b) {
+        uint64_t w = kvq_load_le64(idx + g);
+        w = (w | w >> (8 - b)) & m1;
+        w = (w | w >> (16 - 2 * b)) & m2;
+        w = (w | w >> (32 - 4 * b)) & m3;
+        uint8_t bytes[8];
+        kvq_store_le64(bytes, w);
+        memcpy(out, bytes, (size_t)b);
+    }
+    return KVQ_OK;
+}
+
+/* Generic entry (bits from the state). */
+kvq_status kvq_rot_finish(const kvq_codec *c, const uint8_t *idx, float yc, float cc, void *dst);
 
 kvq_status kvq_rot_encode_avx2(const kvq_codec *c, const float *x, void *dst);
 kvq_status kvq_rot_encode_avx512(const kvq_codec *c, const float *x, void *dst);

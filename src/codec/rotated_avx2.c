@@ -22,9 +22,10 @@ KVQ_TARGET_AVX2 static __m256 lut16(__m256 lo, __m256 hi, __m256i q) {
                             _mm256_castsi256_ps(_mm256_slli_epi32(q, 28)));
 }
 
-KVQ_TARGET_AVX2 kvq_status kvq_rot_encode_avx2(const kvq_codec *c, const float *x, void *dst) {
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE kvq_status encode_bits(const kvq_codec *c, const float *x, void *dst,
+                                                                  const int b) {
     const kvq_rot_state *st = c->state;
-    const int d = c->head_dim, b = st->bits;
+    const int d = c->head_dim;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     for (int i = 0; i < d; i += 16) {
         const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
@@ -61,6 +62,14 @@ KVQ_TARGET_AVX2 kvq_status kvq_rot_encode_avx2(const kvq_codec *c, const float *
         const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
         _mm_storel_epi64((__m128i *)(idx + i), _mm_packus_epi16(q16, q16));
     }
-    return kvq_rot_finish(c, idx, reduce_avx2(yc[0], yc[1]), reduce_avx2(cc[0], cc[1]), dst);
+    return kvq_rot_finish_bits(c, idx, reduce_avx2(yc[0], yc[1]), reduce_avx2(cc[0], cc[1]), dst, b);
+}
+
+KVQ_TARGET_AVX2 kvq_status kvq_rot_encode_avx2(const kvq_codec *c, const float *x, void *dst) {
+    switch (((const kvq_rot_state *)c->state)->bits) {
+    case 2: return encode_bits(c, x, dst, 2);
+    case 3: return encode_bits(c, x, dst, 3);
+    default: return encode_bits(c, x, dst, 4);
+    }
 }
 #endif

@@ -15,9 +15,10 @@ KVQ_TARGET_AVX512 static float reduce_avx512(__m512 v) {
     return kvq_rot_reduce16(p);
 }
 
-KVQ_TARGET_AVX512 kvq_status kvq_rot_encode_avx512(const kvq_codec *c, const float *x, void *dst) {
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE kvq_status encode_bits(const kvq_codec *c, const float *x, void *dst,
+                                                                    const int b) {
     const kvq_rot_state *st = c->state;
-    const int d = c->head_dim, b = st->bits;
+    const int d = c->head_dim;
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < d; i += 16) {
         const __m512 v = _mm512_loadu_ps(x + i);
@@ -49,7 +50,15 @@ KVQ_TARGET_AVX512 kvq_status kvq_rot_encode_avx512(const kvq_codec *c, const flo
         acc2 = _mm512_add_ps(acc2, _mm512_mul_ps(cv, cv));
         _mm_storeu_si128((__m128i *)(idx + i), _mm512_cvtepi32_epi8(q));
     }
-    return kvq_rot_finish(c, idx, reduce_avx512(ayc), reduce_avx512(acc2), dst);
+    return kvq_rot_finish_bits(c, idx, reduce_avx512(ayc), reduce_avx512(acc2), dst, b);
+}
+
+KVQ_TARGET_AVX512 kvq_status kvq_rot_encode_avx512(const kvq_codec *c, const float *x, void *dst) {
+    switch (((const kvq_rot_state *)c->state)->bits) {
+    case 2: return encode_bits(c, x, dst, 2);
+    case 3: return encode_bits(c, x, dst, 3);
+    default: return encode_bits(c, x, dst, 4);
+    }
 }
 
 /* 16 indices of b bits (2b bytes) per step: each lane shifts the group's

@@ -158,7 +158,8 @@ static void apply_ref(const kvq_rotation *r, int inverse, const float *x, float 
         return;
     }
     const int w = r->band;
-    float xp[KVQ_MAX_HEAD_DIM + 2 * KVQ_ROT_MAX_BAND] = {0}; /* (w + d + w) x zero-padded */
+    float xp[KVQ_MAX_HEAD_DIM + 2 * KVQ_ROT_MAX_BAND]; /* (w + d + w) x zero-padded */
+    for (int k = 0; k < w; k++) xp[k] = xp[w + d + k] = 0.0f;
     memcpy(xp + w, x, sizeof(float) * (size_t)d);
     const float *B = inverse ? r->inv : r->fwd;
     for (int i = 0; i < d; i++) {
