@@ -61,8 +61,9 @@ KVQ_TARGET_AVX512 kvq_status kvq_rot_encode_avx512(const kvq_codec *c, const flo
     }
 }
 
-/* 16 indices of b bits (2b bytes) per step: each lane shifts the group's
- * 64-bit word right by 16 j b... split in two 8-lane 64-bit halves. */
+/* 16 indices of b bits (2b <= 8 bytes) per step: the bytes form one 64-bit
+ * word w; index j is (w >> j b) & mask, shifted in two halves of eight
+ * 64-bit lanes. */
 KVQ_TARGET_AVX512 void kvq_rot_decode_domain_avx512(const kvq_codec *c, const void *src, float *y) {
     const kvq_rot_state *st = c->state;
     const uint8_t *in = src;
