@@ -25,6 +25,15 @@ static const struct {
     {"q5_0", 2.8e-3, 1.1e-2},
     {"q5_1", 2.2e-3, 5e-3},
     {"iq4_nl", 8.7e-3, 2e-2},
+    {"turbo2", 0.175, 0.13},
+    {"turbo3", 0.051, 0.045},
+    {"turbo4", 0.014, 0.0125},
+    {"iso3", 0.051, 0.5},
+    {"iso4", 0.014, 0.34},
+    {"planar3", 0.051, 0.62},
+    {"planar4", 0.014, 0.45},
+    {"rotor3", 0.051, 0.53},
+    {"rotor4", 0.014, 0.34},
 };
 
 static int bound_for(const char *name, double *gauss, double *outlier) {
