@@ -693,8 +693,8 @@ kvq_status kvq_gguf_get_f32(const kvq_gguf *g, const char *key, float *out) {
         return kvq_fail(KVQ_ERR_FORMAT, "gguf: key '%s' has type %s, want f32", key,
                         kvq_gguf_kv_type_name(g, kv - g->kv));
     const double d = load_float(g, kv->type, kv->value_pos);
-    if (isfinite(d) && fabs(d) > 3.4028234663852886e38)
-        return kvq_fail(KVQ_ERR_FORMAT, "gguf: key '%s' = %g does not fit f32", key, d);
+    if (!isfinite(d) || fabs(d) > 3.4028234663852886e38)
+        return kvq_fail(KVQ_ERR_FORMAT, "gguf: key '%s' = %g does not fit f32 or is not finite", key, d);
     *out = (float)d;
     return KVQ_OK;
 }

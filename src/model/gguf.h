@@ -116,7 +116,7 @@ void kvq_gguf_kv_array_info(const kvq_gguf *g, int64_t i, kvq_gguf_type *elem, u
 kvq_status kvq_gguf_get_u32(const kvq_gguf *g, const char *key, uint32_t *out);
 kvq_status kvq_gguf_get_i32(const kvq_gguf *g, const char *key, int32_t *out);
 kvq_status kvq_gguf_get_u64(const kvq_gguf *g, const char *key, uint64_t *out);
-/* f32 or f64 (rounded to float; refused if it overflows float). */
+/* f32 or f64 (rounded to float); refused if not finite or beyond float range. */
 kvq_status kvq_gguf_get_f32(const kvq_gguf *g, const char *key, float *out);
 kvq_status kvq_gguf_get_bool(const kvq_gguf *g, const char *key, int *out);
 kvq_status kvq_gguf_get_str(const kvq_gguf *g, const char *key, kvq_gguf_str *out);
@@ -126,7 +126,8 @@ kvq_status kvq_gguf_get_str(const kvq_gguf *g, const char *key, kvq_gguf_str *ou
 kvq_status kvq_gguf_get_arr_len(const kvq_gguf *g, const char *key, uint64_t *n);
 /* dst: (n) views into the mapping; elements must be strings. */
 kvq_status kvq_gguf_get_arr_str(const kvq_gguf *g, const char *key, kvq_gguf_str *dst, uint64_t n);
-/* dst: (n) floats; elements f32, or f64 within float range. */
+/* dst: (n) floats; elements f32, or f64 within float range (non-finite
+ * elements pass through: token scores may hold -inf). */
 kvq_status kvq_gguf_get_arr_f32(const kvq_gguf *g, const char *key, float *dst, uint64_t n);
 /* dst: (n) ints; elements of any integer type, each in [lo, hi]. */
 kvq_status kvq_gguf_get_arr_i32(const kvq_gguf *g, const char *key, int32_t lo, int32_t hi,
