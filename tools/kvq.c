@@ -11,6 +11,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"codecs", cmd_codecs, "list KV codecs: bits/value, round-trip error, encode speed"},
+    {"info", cmd_info, "GGUF file: version, metadata, tensor table"},
 };
 
 static void usage(FILE *f) {

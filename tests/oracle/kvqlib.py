@@ -5,10 +5,12 @@ import os
 import numpy as np
 
 _lib = None
+_build_dir = None
 
 
 def load(build_dir):
-    global _lib
+    global _lib, _build_dir
+    _build_dir = build_dir
     _lib = ctypes.CDLL(os.path.join(build_dir, "libkvq.so"))
     _lib.kvq_codec_create.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint64,
                                       ctypes.POINTER(ctypes.c_void_p)]
@@ -21,7 +23,41 @@ def load(build_dir):
     _lib.kvq_isa_detected.restype = ctypes.c_int
     _lib.kvq_last_error.restype = ctypes.c_char_p
     _lib.kvq_codec_name_at.restype = ctypes.c_char_p
+    _bind_gguf(_lib)
     return _lib
+
+
+def _bind_gguf(lib):
+    c = ctypes
+    h = c.c_void_p
+    sigs = {
+        "kvq_gguf_open": (c.c_int, [c.c_char_p, c.POINTER(c.c_void_p)]),
+        "kvq_gguf_close": (None, [h]),
+        "kvq_gguf_version": (c.c_uint32, [h]),
+        "kvq_gguf_file_size": (c.c_uint64, [h]),
+        "kvq_gguf_alignment": (c.c_uint64, [h]),
+        "kvq_gguf_data_offset": (c.c_uint64, [h]),
+        "kvq_gguf_kv_count": (c.c_int64, [h]),
+        "kvq_gguf_tensor_count": (c.c_int64, [h]),
+        "kvq_gguf_kv_key": (c.c_char_p, [h, c.c_int64]),
+        "kvq_gguf_kv_type_name": (c.c_char_p, [h, c.c_int64]),
+        "kvq_gguf_kv_value_text": (c.c_int, [h, c.c_int64, c.c_char_p, c.c_size_t]),
+        "kvq_gguf_tensor_name": (c.c_char_p, [h, c.c_int64]),
+        "kvq_gguf_tensor_type": (c.c_int, [h, c.c_int64]),
+        "kvq_gguf_tensor_type_name": (c.c_char_p, [h, c.c_int64]),
+        "kvq_gguf_tensor_n_dims": (c.c_int, [h, c.c_int64]),
+        "kvq_gguf_tensor_dim": (c.c_int64, [h, c.c_int64, c.c_int]),
+        "kvq_gguf_tensor_offset": (c.c_uint64, [h, c.c_int64]),
+        "kvq_gguf_tensor_bytes": (c.c_uint64, [h, c.c_int64]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+def build_dir():
+    return _build_dir
 
 
 def lib():
@@ -42,6 +78,30 @@ def codec_names():
             return names
         names.append(n.decode())
         i += 1
+
+
+class Gguf:
+    """A GGUF file opened by libkvq (public API only)."""
+
+    def __init__(self, path):
+        self.ptr = ctypes.c_void_p()
+        if _lib.kvq_gguf_open(os.fsencode(path), ctypes.byref(self.ptr)) != 0:
+            raise RuntimeError(_lib.kvq_last_error().decode())
+
+    def __del__(self):
+        if getattr(self, "ptr", None):
+            _lib.kvq_gguf_close(self.ptr)
+
+    def __getattr__(self, name):
+        # g.version() -> kvq_gguf_version(ptr), g.tensor_dim(i, d) -> ...
+        fn = getattr(_lib, "kvq_gguf_" + name)
+        return lambda *args: fn(self.ptr, *args)
+
+    def value_text(self, i, cap=1 << 16):
+        buf = ctypes.create_string_buffer(cap)
+        if _lib.kvq_gguf_kv_value_text(self.ptr, i, buf, cap) != 0:
+            raise RuntimeError(_lib.kvq_last_error().decode())
+        return buf.value.decode("utf-8")
 
 
 class Codec:
