@@ -81,7 +81,8 @@ static double abs_dot(const kvq_wtype_traits *t, const uint8_t *row, const float
     return s;
 }
 
-static const int64_t lengths[] = {256, 576, 1536};
+/* 4608 crosses the 4096-value chunks of the q4_1 kernel. */
+static const int64_t lengths[] = {256, 576, 1536, 4608};
 
 TEST(wtype_table_is_consistent) {
     CHECK(kvq_wtype_count() == 11);
@@ -142,7 +143,8 @@ TEST(wtype_matvec_every_isa_matches_reference) {
             const size_t rb = kvq_wtype_row_bytes(t, n);
             uint8_t *w = random_rows(t, rows, n, 100 * (uint64_t)i + li);
             CHECKF(w, "%s: no scale fields listed in the test", t->name);
-            float x[1536], want[37], got[37 + 1];
+            static float x[4608];
+            float want[37], got[37 + 1];
             random_x(x, n, 7 + li);
             t->matvec[KVQ_ISA_REF](t, w, rb, x, n, r0, r1, want);
             for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) {
@@ -177,7 +179,8 @@ TEST(wtype_matmul_every_isa_matches_reference) {
             CHECKF(w, "%s: no scale fields listed in the test", t->name);
             for (size_t ti = 0; ti < KVQ_ARRAY_LEN(toks); ti++) {
                 const int64_t nt = toks[ti];
-                float x[9 * 1536], want[9 * 25], got[9 * 25];
+                static float x[9 * 4608];
+                float want[9 * 25], got[9 * 25];
                 for (int64_t j = 0; j < nt; j++) random_x(x + j * n, n, 31 * li + (uint64_t)j);
                 t->matmul[KVQ_ISA_REF](t, w, rb, x, nt, n, r0, r1, want, ldy);
                 for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) {
