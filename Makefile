@@ -61,3 +61,11 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(LIB_OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+
+# Matvec throughput vs read bandwidth (bench/matvec_bench.c); not part of `all`.
+.PHONY: bench-matvec
+$(BUILD)/matvec-bench: $(BUILD)/obj/bench/matvec_bench.o $(BUILD)/libkvq.a
+	$(CC) -pthread -o $@ $^ $(LDLIBS)
+
+bench-matvec: $(BUILD)/matvec-bench
+	$(BUILD)/matvec-bench

@@ -1,0 +1,191 @@
+/* matvec_bench.c — matvec throughput of the weight kernels against the
+ * machine's single-thread read bandwidth (`make bench-matvec`).
+ *
+ * For each shape: "hot" repeats one matrix (cache-resident when small);
+ * "stream" cycles through copies totalling >= 256 MB, as a forward pass does.
+ * Then a SmolLM2-135M-shaped decode step (30 layers of q,k,v,o,gate,up,down
+ * + the 49152x576 output) on 1 and 2 threads gives the matvec-bound tokens/s.
+ * Usage: build/matvec-bench [type-name] (default q4_1). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/rng.h"
+#include "model/wtype.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Random bytes with every 2-byte field a small fp16 are valid blocks of any
+ * quantized type and keep plain types finite. */
+static void fill(uint8_t *p, size_t bytes, uint64_t seed) {
+    for (size_t i = 0; i + 1 < bytes; i += 2) {
+        const uint16_t h = (uint16_t)(0x1c00 + (kvq_splitmix64(&seed) & 0x03ff));
+        memcpy(p + i, &h, 2);
+    }
+}
+
+/* Single-thread read bandwidth: a sum over a 512 MB buffer, 8 independent
+ * scalar 64-bit streams (enough loads per cycle to saturate memory). */
+static double read_bandwidth(void) {
+    const size_t n = (size_t)64 << 20; // (n) uint64 words = 512 MB
+    uint64_t *a = kvq_alloc_aligned(n * 8);
+    if (!a) return 0;
+    memset(a, 1, n * 8);
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        uint64_t s[8] = {0};
+        const double t0 = now();
+        for (size_t i = 0; i < n; i += 8)
+            for (int j = 0; j < 8; j++) s[j] += a[i + j];
+        const double dt = now() - t0;
+        volatile uint64_t sink = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+        (void)sink;
+        if (n * 8 / dt > best) best = (double)(n * 8) / dt;
+    }
+    kvq_free_aligned(a);
+    return best / 1e9;
+}
+
+typedef struct {
+    int64_t rows, n;
+} shape;
+
+static void bench_shape(const kvq_wtype_traits *t, kvq_isa isa, shape s, double bw) {
+    const size_t rb = kvq_wtype_row_bytes(t, s.n), mb = rb * (size_t)s.rows;
+    const size_t copies = ((size_t)256 << 20) / mb + 1;
+    uint8_t *w = kvq_alloc_aligned(mb * copies); // (copies, rows, row_bytes)
+    float *x = kvq_alloc_aligned(sizeof(float) * (size_t)s.n);  // (n)
+    float *y = kvq_alloc_aligned(sizeof(float) * (size_t)s.rows); // (rows)
+    fill(w, mb * copies, 1);
+    for (int64_t k = 0; k < s.n; k++) x[k] = (float)k / (float)s.n - 0.5f;
+    double hot = 0, stream = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        const int iters = (int)(((size_t)64 << 20) / mb) + 4;
+        double t0 = now();
+        for (int i = 0; i < iters; i++) t->matvec[isa](t, w, rb, x, s.n, 0, s.rows, y);
+        double g = (double)mb * iters / (now() - t0) / 1e9;
+        if (g > hot) hot = g;
+        t0 = now();
+        for (size_t c = 0; c < copies; c++) t->matvec[isa](t, w + c * mb, rb, x, s.n, 0, s.rows, y);
+        g = (double)mb * (double)copies / (now() - t0) / 1e9;
+        if (g > stream) stream = g;
+    }
+    printf("%-6s %-6s %6lldx%-5lld %7.2f MB  hot %6.2f GB/s  stream %6.2f GB/s (%3.0f%% of read bw)\n",
+           t->name, kvq_isa_name(isa), (long long)s.rows, (long long)s.n, (double)mb / 1e6, hot, stream,
+           100 * stream / bw);
+    kvq_free_aligned(w), kvq_free_aligned(x), kvq_free_aligned(y);
+}
+
+/* The decode-step model: every matrix of SmolLM2-135M, one after another,
+ * rows split between the threads, a spin barrier after each matvec. */
+enum { N_LAYERS = 30, N_MAT = 7 };
+static const shape layer_shapes[N_MAT] = {{576, 576}, {192, 576}, {192, 576}, {576, 576},
+                                          {1536, 576}, {1536, 576}, {576, 1536}};
+static const shape out_shape = {49152, 576};
+
+typedef struct {
+    const kvq_wtype_traits *t;
+    kvq_isa isa;
+    uint8_t *w;
+    const float *x;
+    float *y;
+    int n_threads, steps;
+    /* Own cache line: spinning on it must not evict the fields above. */
+    _Alignas(64) atomic_int arrived;
+    char pad[60];
+} model_run;
+
+typedef struct {
+    model_run *m;
+    int id;
+} worker_arg;
+
+static void barrier(model_run *m, int *gen) {
+    *gen += m->n_threads;
+    atomic_fetch_add(&m->arrived, 1);
+    while (atomic_load(&m->arrived) < *gen) {
+    }
+}
+
+static void matvec_part(model_run *m, int id, const uint8_t *w, shape s) {
+    const size_t rb = kvq_wtype_row_bytes(m->t, s.n);
+    const int64_t per = (s.rows + m->n_threads - 1) / m->n_threads;
+    const int64_t r0 = per * id, r1 = r0 + per < s.rows ? r0 + per : s.rows;
+    if (r0 < r1) m->t->matvec[m->isa](m->t, w, rb, m->x, s.n, r0, r1, m->y + r0);
+}
+
+static void *model_worker(void *p) {
+    worker_arg *a = p;
+    model_run *m = a->m;
+    int gen = 0;
+    for (int step = 0; step < m->steps; step++) {
+        const uint8_t *w = m->w;
+        for (int l = 0; l < N_LAYERS; l++) {
+            for (int j = 0; j < N_MAT; j++) {
+                matvec_part(m, a->id, w, layer_shapes[j]);
+                w += kvq_wtype_row_bytes(m->t, layer_shapes[j].n) * (size_t)layer_shapes[j].rows;
+                barrier(m, &gen);
+            }
+        }
+        matvec_part(m, a->id, w, out_shape);
+        barrier(m, &gen);
+    }
+    return NULL;
+}
+
+static void bench_model(const kvq_wtype_traits *t, kvq_isa isa, int n_threads) {
+    size_t bytes = kvq_wtype_row_bytes(t, out_shape.n) * (size_t)out_shape.rows;
+    for (int j = 0; j < N_MAT; j++)
+        bytes += N_LAYERS * kvq_wtype_row_bytes(t, layer_shapes[j].n) * (size_t)layer_shapes[j].rows;
+    model_run m = {.t = t, .isa = isa, .n_threads = n_threads, .steps = 20};
+    m.w = kvq_alloc_aligned(bytes);
+    float *x = kvq_alloc_aligned(sizeof(float) * 1536);
+    m.y = kvq_alloc_aligned(sizeof(float) * (size_t)out_shape.rows);
+    fill(m.w, bytes, 2);
+    for (int k = 0; k < 1536; k++) x[k] = (float)k / 1536.0f - 0.5f;
+    m.x = x;
+    pthread_t th[2];
+    worker_arg args[2];
+    const double t0 = now();
+    for (int i = 0; i < n_threads; i++) {
+        args[i] = (worker_arg){&m, i};
+        pthread_create(&th[i], NULL, model_worker, &args[i]);
+    }
+    for (int i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
+    const double dt = (now() - t0) / m.steps;
+    printf("%-6s %-6s SmolLM2-135M decode matvecs, %d thread%s: %.1f MB/token, %.2f ms/token, "
+           "%.0f tokens/s, %.2f GB/s\n",
+           t->name, kvq_isa_name(isa), n_threads, n_threads > 1 ? "s" : "", (double)bytes / 1e6,
+           dt * 1e3, 1 / dt, (double)bytes / dt / 1e9);
+    kvq_free_aligned(m.w), kvq_free_aligned(x), kvq_free_aligned(m.y);
+}
+
+int main(int argc, char **argv) {
+    const char *name = argc > 1 ? argv[1] : "q4_1";
+    const kvq_wtype_traits *t = NULL;
+    for (int i = 0; i < kvq_wtype_count(); i++)
+        if (strcmp(kvq_wtype_at(i)->name, name) == 0) t = kvq_wtype_at(i);
+    if (!t) {
+        fprintf(stderr, "unknown weight type '%s'\n", name);
+        return 2;
+    }
+    const double bw = read_bandwidth();
+    printf("single-thread read bandwidth (512 MB sum): %.2f GB/s\n", bw);
+    const shape shapes[] = {{576, 1536}, {1536, 576}, {49152, 576}};
+    for (int isa = kvq_isa_default(); isa >= 0; isa--) {
+        for (size_t i = 0; i < KVQ_ARRAY_LEN(shapes); i++) {
+            if (kvq_wtype_check_n(t, shapes[i].n) != KVQ_OK) continue;
+            bench_shape(t, (kvq_isa)isa, shapes[i], bw);
+        }
+    }
+    if (kvq_wtype_check_n(t, 576) == KVQ_OK)
+        for (int th = 1; th <= 2; th++) bench_model(t, kvq_isa_default(), th);
+    return 0;
+}
