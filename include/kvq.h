@@ -178,6 +178,75 @@ uint64_t kvq_gguf_tensor_bytes(const kvq_gguf *g, int64_t i);
 /* 1 if kvq's model code can compute with the tensor's type, else 0. */
 int kvq_gguf_tensor_type_supported(const kvq_gguf *g, int64_t i);
 
+/* ---- model and inference context ---- */
+
+/* A model loaded from a GGUF file (llama, qwen2, qwen3 architectures). The
+ * file is memory-mapped read-only and stays mapped while the model lives.
+ * One model may serve several contexts. */
+typedef struct kvq_model kvq_model;
+
+typedef struct kvq_model_info {
+    const char *arch;   /* "llama", "qwen2", "qwen3" */
+    int n_layer, n_embd, n_head, n_kv_head, head_dim, n_ff, n_vocab;
+    int n_ctx_train;    /* the context length the model was trained for */
+    size_t weight_bytes; /* bytes of weights read per token */
+} kvq_model_info;
+
+kvq_status kvq_model_load(const char *path, kvq_model **out);
+void kvq_model_free(kvq_model *m);
+void kvq_model_get_info(const kvq_model *m, kvq_model_info *info);
+/* The model's GGUF file, for metadata lookups. */
+const kvq_gguf *kvq_model_gguf(const kvq_model *m);
+
+/* KV cache presets (--kv NAME): sugar for a K/V codec pair. Every codec
+ * name is a preset with K = V; the named ones: k8v4 (q8_0 K, q4_0 V),
+ * k_iso3/k_iso4/k_rotor3/k_rotor4 (that K, f16 V), iso3_sym/iso4_sym/
+ * rotor3_sym/rotor4_sym (K = V), rot_k_tq4v (rotor4 K, turbo4 V), and auto
+ * (the measured best quality per byte, see docs/QUALITY.md). */
+int kvq_kv_preset_count(void);                 /* named presets only */
+const char *kvq_kv_preset_name(int index);      /* NULL past the end */
+kvq_status kvq_kv_preset(const char *name, const char **ctk, const char **ctv);
+
+/* An inference context: one sequence, its compressed KV cache, a thread
+ * pool and scratch buffers. */
+typedef struct kvq_ctx kvq_ctx;
+
+typedef struct kvq_ctx_params {
+    int n_ctx;            /* most tokens the context may hold; 0 = the model's trained length */
+    int n_threads;        /* 0 = every online core */
+    int n_batch;          /* prompt tokens per forward chunk; 0 = 256 */
+    const char *ctk, *ctv; /* K and V codecs; NULL = "f16" */
+    int n_sinks;          /* first tokens kept f16 */
+    int boundary_layers;  /* first and last L layers use q8_0 */
+    int centering;        /* per-channel mean removal for quantized codecs */
+    uint64_t seed;        /* rotation seed of rotated codecs */
+} kvq_ctx_params;
+
+/* Defaults: n_ctx 0, n_threads 0, n_batch 0, f16/f16, no sinks, no boundary
+ * layers, centering on, seed 0. */
+void kvq_ctx_params_default(kvq_ctx_params *p);
+
+kvq_status kvq_ctx_create(const kvq_model *m, const kvq_ctx_params *p, kvq_ctx **out);
+void kvq_ctx_free(kvq_ctx *ctx);
+
+/* Runs the model over n tokens at positions n_past .. n_past + n - 1 and
+ * appends them to the cache. logits: NULL, or (n_vocab) floats for the last
+ * token, or with all_logits (n, n_vocab) for every token. KVQ_ERR_RANGE when
+ * the tokens would not fit in n_ctx (nothing is appended then). On any other
+ * error the context is truncated back to where it was. */
+kvq_status kvq_ctx_eval(kvq_ctx *ctx, const int32_t *tokens, int n, float *logits, int all_logits);
+
+/* Tokens held, and the context's capacity. */
+int kvq_ctx_n_past(const kvq_ctx *ctx);
+int kvq_ctx_n_ctx(const kvq_ctx *ctx);
+/* Keeps the first n tokens (regeneration, benchmark reuse). */
+kvq_status kvq_ctx_truncate(kvq_ctx *ctx, int n);
+/* Bytes the KV cache holds now, and what an f16 cache would hold. */
+size_t kvq_ctx_kv_bytes(const kvq_ctx *ctx);
+size_t kvq_ctx_kv_bytes_f16(const kvq_ctx *ctx);
+/* The ISA path the context's kernels use. */
+kvq_isa kvq_ctx_isa(const kvq_ctx *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,317 @@
+/* forward.c — the inference context and the transformer forward pass over
+ * the compressed KV cache. Reads top to bottom: embed, then per layer
+ * attention (norm, QKV, bias / QK-norm, RoPE, append to the cache, fused
+ * attention, output projection) and SwiGLU FFN, then the output head.
+ * Prompts run in chunks of n_batch tokens with matmuls; one token with
+ * matvecs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/threadpool.h"
+#include "model/model.h"
+
+struct kvq_ctx {
+    const kvq_model *m;
+    kvq_ctx_params p;
+    kvq_kv *kv;
+    kvq_threadpool *pool;
+    kvq_isa isa;
+    int n_past;
+    int n_threads;
+    /* Scratch for one chunk of up to n_batch tokens. */
+    float *x;        /* (n_batch, n_embd) residual stream */
+    float *xn;       /* (n_batch, n_embd) normed input of a block */
+    float *q;        /* (n_batch, n_head * head_dim) */
+    float *k, *v;    /* (n_batch, n_kv_head * head_dim) */
+    float *att;      /* (n_batch, n_head * head_dim) attention output */
+    float *gate, *up; /* (n_batch, n_ff) */
+    float *rope;     /* (n_batch, n_rot / 2, 2) cos, sin */
+};
+
+void kvq_ctx_params_default(kvq_ctx_params *p) {
+    memset(p, 0, sizeof *p);
+    p->centering = 1;
+}
+
+/* ------------------------------------------------------------ threading */
+
+/* Up to three matrices applied to the same input in one dispatch (Q, K, V;
+ * gate, up), each split into row chunks handed out across the pool. */
+typedef struct {
+    const kvq_weight *w;
+    float *y;          /* (n_tok, w->rows) */
+    int64_t rows_per_chunk;
+    int n_chunks;
+} linear_job;
+
+typedef struct {
+    linear_job job[3];
+    int n_jobs;
+    const float *x;    /* (n_tok, n) */
+    int n_tok;
+    kvq_isa isa;
+} linear_batch;
+
+static void linear_task(int task, int worker, void *arg) {
+    (void)worker;
+    const linear_batch *b = arg;
+    int j = 0;
+    while (task >= b->job[j].n_chunks) task -= b->job[j++].n_chunks;
+    const linear_job *lj = &b->job[j];
+    const kvq_weight *w = lj->w;
+    const int64_t r0 = task * lj->rows_per_chunk;
+    const int64_t r1 = r0 + lj->rows_per_chunk < w->rows ? r0 + lj->rows_per_chunk : w->rows;
+    if (b->n_tok == 1)
+        w->t->matvec[b->isa](w->t, w->data, w->row_bytes, b->x, w->n, r0, r1, lj->y + r0);
+    else
+        w->t->matmul[b->isa](w->t, w->data, w->row_bytes, b->x, b->n_tok, w->n, r0, r1, lj->y, w->rows);
+}
+
+/* y_j = x W_j^T for each (W_j, y_j) pair given, on every thread. */
+static void linear(kvq_ctx *c, const float *x, int n_tok, const kvq_weight *w0, float *y0, const kvq_weight *w1,
+                   float *y1, const kvq_weight *w2, float *y2) {
+    linear_batch b = {.x = x, .n_tok = n_tok, .isa = c->isa};
+    const kvq_weight *ws[3] = {w0, w1, w2};
+    float *ys[3] = {y0, y1, y2};
+    int n_tasks = 0;
+    for (int j = 0; j < 3 && ws[j]; j++) {
+        linear_job *lj = &b.job[b.n_jobs++];
+        lj->w = ws[j];
+        lj->y = ys[j];
+        /* About 4 chunks per thread for balance, rows a multiple of 16. */
+        int64_t per = (ws[j]->rows + 4 * c->n_threads - 1) / (4 * c->n_threads);
+        per = (per + 15) / 16 * 16;
+        lj->rows_per_chunk = per;
+        lj->n_chunks = (int)((ws[j]->rows + per - 1) / per);
+        n_tasks += lj->n_chunks;
+    }
+    kvq_threadpool_run(c->pool, n_tasks, linear_task, &b);
+}
+
+/* --------------------------------------------------------------- pieces */
+
+static void rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float inv = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
+}
+
+/* cos/sin of every rotated pair at positions pos0 .. pos0 + n - 1. */
+static void rope_table(const kvq_model *m, int pos0, int n, float *tab) {
+    const int half = m->n_rot / 2;
+    for (int t = 0; t < n; t++) {
+        const double pos = (double)(pos0 + t) * m->rope_freq_scale;
+        for (int i = 0; i < half; i++) {
+            double theta = pos * pow(m->rope_theta, -2.0 * i / m->n_rot);
+            if (m->rope_freq_factors) theta /= m->rope_freq_factors[i];
+            tab[((size_t)t * half + i) * 2] = (float)cos(theta);
+            tab[((size_t)t * half + i) * 2 + 1] = (float)sin(theta);
+        }
+    }
+}
+
+/* Rotates the first n_rot dims of each of n_heads head vectors. llama's GGUF
+ * layout pairs adjacent dims; qwen2/qwen3 (NeoX) pair i with i + n_rot/2. */
+static void rope_apply(const kvq_model *m, const float *tab, float *x, int n_heads) {
+    const int half = m->n_rot / 2, hd = m->head_dim;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * hd;
+        for (int i = 0; i < half; i++) {
+            const float cs = tab[2 * i], sn = tab[2 * i + 1];
+            const int a = m->rope_neox ? i : 2 * i, b = m->rope_neox ? i + half : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * cs - x1 * sn;
+            v[b] = x0 * sn + x1 * cs;
+        }
+    }
+}
+
+static void add_bias(float *x, const float *b, int n) {
+    if (b)
+        for (int i = 0; i < n; i++) x[i] += b[i];
+}
+
+/* ----------------------------------------------------------- the forward */
+
+/* Runs one chunk of n tokens (n <= n_batch) at positions n_past.. and
+ * appends them to every layer's cache. logits: NULL, or the last token's
+ * (all_logits = 0) or every token's rows. */
+static kvq_status forward_chunk(kvq_ctx *c, const int32_t *tokens, int n, float *logits, int all_logits) {
+    const kvq_model *m = c->m;
+    const int E = m->n_embd, hd = m->head_dim, H = m->n_head, KH = m->n_kv_head;
+    const int qd = H * hd, kvd = KH * hd;
+
+    for (int t = 0; t < n; t++) { /* embedding rows */
+        const kvq_weight *w = &m->tok_embd;
+        w->t->dequant((const uint8_t *)w->data + (size_t)tokens[t] * w->row_bytes, c->x + (size_t)t * E,
+                      E / w->t->block_size);
+    }
+    rope_table(m, c->n_past, n, c->rope);
+
+    for (int il = 0; il < m->n_layer; il++) {
+        const kvq_layer *L = &m->layers[il];
+        for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->attn_norm, E, m->norm_eps);
+        linear(c, c->xn, n, &L->wq, c->q, &L->wk, c->k, &L->wv, c->v);
+        for (int t = 0; t < n; t++) {
+            float *q = c->q + (size_t)t * qd, *k = c->k + (size_t)t * kvd, *v = c->v + (size_t)t * kvd;
+            add_bias(q, L->bq, qd);
+            add_bias(k, L->bk, kvd);
+            add_bias(v, L->bv, kvd);
+            if (L->q_norm) {
+                for (int h = 0; h < H; h++) rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, L->q_norm, hd, m->norm_eps);
+                for (int h = 0; h < KH; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, L->k_norm, hd, m->norm_eps);
+            }
+            const float *tab = c->rope + (size_t)t * m->n_rot;
+            rope_apply(m, tab, q, H);
+            rope_apply(m, tab, k, KH);
+            KVQ_FORWARD(kvq_kv_append(c->kv, il, k, v));
+        }
+        if (n == 1) KVQ_FORWARD(kvq_attn_decode(c->kv, il, c->pool, H, c->q, c->att));
+        else KVQ_FORWARD(kvq_attn_prefill(c->kv, il, c->pool, n, H, c->q, c->att));
+        linear(c, c->att, n, &L->wo, c->xn, NULL, NULL, NULL, NULL);
+        for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->xn[i];
+
+        for (int t = 0; t < n; t++) rmsnorm(c->xn + (size_t)t * E, c->x + (size_t)t * E, L->ffn_norm, E, m->norm_eps);
+        linear(c, c->xn, n, &L->gate, c->gate, &L->up, c->up, NULL, NULL);
+        for (size_t i = 0; i < (size_t)n * m->n_ff; i++) {
+            const float g = c->gate[i];
+            c->gate[i] = g / (1.0f + expf(-g)) * c->up[i];
+        }
+        linear(c, c->gate, n, &L->down, c->xn, NULL, NULL, NULL, NULL);
+        for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->xn[i];
+    }
+    c->n_past += n;
+
+    if (!logits) return KVQ_OK;
+    const int first = all_logits ? 0 : n - 1, n_out = n - first;
+    for (int t = first; t < n; t++)
+        rmsnorm(c->xn + (size_t)(t - first) * E, c->x + (size_t)t * E, m->output_norm, E, m->norm_eps);
+    linear(c, c->xn, n_out, &m->output, logits, NULL, NULL, NULL, NULL);
+    return KVQ_OK;
+}
+
+kvq_status kvq_ctx_eval(kvq_ctx *c, const int32_t *tokens, int n, float *logits, int all_logits) {
+    KVQ_RETURN_IF(!c || (!tokens && n > 0) || n < 0, KVQ_ERR_INVALID_ARG, "kvq_ctx_eval: bad arguments");
+    KVQ_RETURN_IF(n > c->p.n_ctx - c->n_past, KVQ_ERR_RANGE,
+                  "context full: %d tokens held + %d new > n_ctx %d (raise -c or start a new context)", c->n_past,
+                  n, c->p.n_ctx);
+    for (int i = 0; i < n; i++)
+        KVQ_RETURN_IF(tokens[i] < 0 || tokens[i] >= c->m->n_vocab, KVQ_ERR_INVALID_ARG,
+                      "token %d at index %d is not in the vocabulary [0, %d)", tokens[i], i, c->m->n_vocab);
+    const int start = c->n_past;
+    for (int done = 0; done < n;) {
+        const int chunk = n - done < c->p.n_batch ? n - done : c->p.n_batch;
+        const int last = done + chunk == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)done * c->m->n_vocab;
+        else if (logits && last) out = logits;
+        kvq_status s = forward_chunk(c, tokens + done, chunk, out, all_logits);
+        if (s != KVQ_OK) {
+            const char *why = kvq_last_error();
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", why);
+            kvq_kv_truncate(c->kv, start);
+            c->n_past = start;
+            return kvq_fail(s, "eval at position %d: %s", start + done, msg);
+        }
+        done += chunk;
+    }
+    return KVQ_OK;
+}
+
+/* ------------------------------------------------------------- lifetime */
+
+kvq_status kvq_ctx_create(const kvq_model *m, const kvq_ctx_params *p, kvq_ctx **out) {
+    KVQ_RETURN_IF(!m || !p || !out, KVQ_ERR_INVALID_ARG, "kvq_ctx_create: NULL argument");
+    *out = NULL;
+    kvq_ctx_params cp = *p;
+    if (cp.n_ctx == 0) cp.n_ctx = m->n_ctx_train;
+    KVQ_RETURN_IF(cp.n_ctx < 1 || cp.n_ctx > (1 << 24), KVQ_ERR_INVALID_ARG, "context length %d not in [1, %d]",
+                  cp.n_ctx, 1 << 24);
+    if (cp.n_threads == 0) {
+        const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        cp.n_threads = cores > 0 ? (int)(cores < 256 ? cores : 256) : 1;
+    }
+    KVQ_RETURN_IF(cp.n_threads < 1 || cp.n_threads > 256, KVQ_ERR_INVALID_ARG, "thread count %d not in [1, 256]",
+                  cp.n_threads);
+    if (cp.n_batch == 0) cp.n_batch = 256;
+    KVQ_RETURN_IF(cp.n_batch < 1 || cp.n_batch > 4096, KVQ_ERR_INVALID_ARG, "batch size %d not in [1, 4096]",
+                  cp.n_batch);
+    if (cp.n_batch > cp.n_ctx) cp.n_batch = cp.n_ctx;
+
+    kvq_ctx *c = calloc(1, sizeof *c);
+    KVQ_RETURN_IF(!c, KVQ_ERR_NOMEM, "context: out of memory");
+    c->m = m;
+    c->p = cp;
+    c->n_threads = cp.n_threads;
+    c->isa = kvq_isa_default();
+
+    kvq_kv_params kp;
+    kvq_kv_params_default(&kp);
+    kp.n_layer = m->n_layer;
+    kp.n_kv_head = m->n_kv_head;
+    kp.head_dim = m->head_dim;
+    kp.ctk = cp.ctk;
+    kp.ctv = cp.ctv;
+    kp.n_sinks = cp.n_sinks;
+    kp.boundary_layers = cp.boundary_layers;
+    kp.centering = cp.centering;
+    kp.seed = cp.seed;
+    kvq_status s = kvq_kv_create(&kp, &c->kv);
+    if (s == KVQ_OK) s = kvq_threadpool_create(cp.n_threads, &c->pool);
+    if (s == KVQ_OK) {
+        const size_t B = (size_t)cp.n_batch;
+        const size_t qd = (size_t)m->n_head * m->head_dim, kvd = (size_t)m->n_kv_head * m->head_dim;
+        c->x = kvq_alloc_aligned(sizeof(float) * B * m->n_embd);
+        c->xn = kvq_alloc_aligned(sizeof(float) * B * (m->n_embd > (int)qd ? m->n_embd : qd));
+        c->q = kvq_alloc_aligned(sizeof(float) * B * qd);
+        c->k = kvq_alloc_aligned(sizeof(float) * B * kvd);
+        c->v = kvq_alloc_aligned(sizeof(float) * B * kvd);
+        c->att = kvq_alloc_aligned(sizeof(float) * B * qd);
+        c->gate = kvq_alloc_aligned(sizeof(float) * B * m->n_ff);
+        c->up = kvq_alloc_aligned(sizeof(float) * B * m->n_ff);
+        c->rope = kvq_alloc_aligned(sizeof(float) * B * m->n_rot);
+        if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope)
+            s = kvq_fail(KVQ_ERR_NOMEM, "context: out of memory for scratch buffers");
+    }
+    if (s != KVQ_OK) {
+        kvq_ctx_free(c);
+        return s;
+    }
+    *out = c;
+    return KVQ_OK;
+}
+
+void kvq_ctx_free(kvq_ctx *c) {
+    if (!c) return;
+    kvq_kv_free(c->kv);
+    kvq_threadpool_free(c->pool);
+    kvq_free_aligned(c->x);
+    kvq_free_aligned(c->xn);
+    kvq_free_aligned(c->q);
+    kvq_free_aligned(c->k);
+    kvq_free_aligned(c->v);
+    kvq_free_aligned(c->att);
+    kvq_free_aligned(c->gate);
+    kvq_free_aligned(c->up);
+    kvq_free_aligned(c->rope);
+    free(c);
+}
+
+int kvq_ctx_n_past(const kvq_ctx *c) { return c ? c->n_past : 0; }
+int kvq_ctx_n_ctx(const kvq_ctx *c) { return c ? c->p.n_ctx : 0; }
+kvq_isa kvq_ctx_isa(const kvq_ctx *c) { return c ? c->isa : KVQ_ISA_REF; }
+size_t kvq_ctx_kv_bytes(const kvq_ctx *c) { return c ? kvq_kv_bytes_used(c->kv) : 0; }
+size_t kvq_ctx_kv_bytes_f16(const kvq_ctx *c) { return c ? kvq_kv_bytes_f16(c->kv) : 0; }
+
+kvq_status kvq_ctx_truncate(kvq_ctx *c, int n) {
+    KVQ_RETURN_IF(!c, KVQ_ERR_INVALID_ARG, "kvq_ctx_truncate: NULL context");
+    KVQ_RETURN_IF(n < 0 || n > c->n_past, KVQ_ERR_INVALID_ARG, "truncate to %d: context holds %d tokens", n,
+                  c->n_past);
+    KVQ_FORWARD(kvq_kv_truncate(c->kv, n));
+    c->n_past = n;
+    return KVQ_OK;
+}
