@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 int cmd_codecs(int argc, char **argv);
+int cmd_attn_bench(int argc, char **argv);
 
 /* Monotonic time in seconds. */
 double cli_now(void);

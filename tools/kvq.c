@@ -11,6 +11,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"codecs", cmd_codecs, "list KV codecs: bits/value, round-trip error, encode speed"},
+    {"attn-bench", cmd_attn_bench, "attention over a synthetic compressed cache vs measured bandwidth"},
 };
 
 static void usage(FILE *f) {

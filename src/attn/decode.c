@@ -149,9 +149,17 @@ static void run_task(int task, int worker, void *arg) {
     float *kbuf = c->scratch + (size_t)worker * 2 * T * d; /* (tile_tokens, head_dim) */
     float *vbuf = kbuf + (size_t)T * d;                    /* (tile_tokens, head_dim) */
     const int t_end = (j + 1) * c->chunk < L->n_tiles ? (j + 1) * c->chunk : L->n_tiles;
+    const size_t kbytes = (size_t)T * L->codec[0]->row_bytes, vbytes = (size_t)T * L->codec[1]->row_bytes;
     for (int t = j * c->chunk; t < t_end; t++) {
         const int pos = n_sunk + t * T;
         if (pos > c->pos0 + c->n_q - 1) break;
+        /* Tiles sit in separate pool slots (a page each for f16 at d=64):
+         * hardware prefetchers stop at page boundaries, so fetch the next
+         * tile ourselves while this one is computed. */
+        if (t + 1 < t_end) {
+            for (size_t b = 0; b < kbytes; b += 64) __builtin_prefetch(sk->tiles[t + 1] + b);
+            for (size_t b = 0; b < vbytes; b += 64) __builtin_prefetch(sv->tiles[t + 1] + b);
+        }
         const void *k = sk->tiles[t], *v = sv->tiles[t];
         if (!c->direct[0]) {
             decode_tile(L->codec[0], k, T, kbuf);

@@ -68,6 +68,34 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 exp8(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
+/* acc (G, d) += p (G, np) x V (n, d), CB 8-channel slices at a time
+ * (head_dim is a multiple of 32, so CB <= 4 divides it). */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_body(const int G, const int CB, int d, int n, int np,
+                                                      const float *p, const void *v, float *acc, const int kind) {
+    for (int c0 = 0; c0 < d; c0 += 8 * CB) {
+        __m256 a[KVQ_ATTN_MAX_G][4];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int b = 0; b < CB; b++) a[g][b] = _mm256_loadu_ps(acc + g * d + c0 + 8 * b);
+        for (int t = 0; t < n; t++) {
+            __m256 vv[4];
+#pragma GCC unroll 4
+            for (int b = 0; b < CB; b++) vv[b] = load8(v, (size_t)t * d + c0 + 8 * b, kind);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++) {
+                const __m256 pg = _mm256_broadcast_ss(p + g * np + t);
+#pragma GCC unroll 4
+                for (int b = 0; b < CB; b++) a[g][b] = _mm256_fmadd_ps(pg, vv[b], a[g][b]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int b = 0; b < CB; b++) _mm256_storeu_ps(acc + g * d + c0 + 8 * b, a[g][b]);
+    }
+}
+
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, int n, const float *q, const void *k,
                                                         const void *v, float *m, float *l, float *acc,
                                                         const int kind) {
@@ -78,21 +106,26 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, int 
         const int nb = n - t0 < 8 ? n - t0 : 8;
         for (int j = 0; j < 8; j++) {
             __m256 a[KVQ_ATTN_MAX_G];
+            #pragma GCC unroll 8
             for (int g = 0; g < G; g++) a[g] = _mm256_setzero_ps();
             if (j < nb) {
                 const size_t row = (size_t)(t0 + j) * d;
                 for (int c = 0; c < d; c += 8) {
                     const __m256 kc = load8(k, row + c, kind);
+                    #pragma GCC unroll 8
                     for (int g = 0; g < G; g++) a[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kc, a[g]);
                 }
             }
+            #pragma GCC unroll 8
             for (int g = 0; g < G; g++) _mm256_store_ps(part + g * 64 + j * 8, a[g]);
         }
         const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
         const __m256 pad = _mm256_cmp_ps(lane, _mm256_set1_ps((float)nb), _CMP_GE_OQ);
+        #pragma GCC unroll 8
         for (int g = 0; g < G; g++)
             _mm256_store_ps(s + g * np + t0, _mm256_blendv_ps(reduce8(part + g * 64), _mm256_set1_ps(-INFINITY), pad));
     }
+    #pragma GCC unroll 8
     for (int g = 0; g < G; g++) {
         float *sg = s + g * np;
         __m256 mx = _mm256_set1_ps(-INFINITY);
@@ -115,15 +148,11 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, int 
                 _mm256_storeu_ps(acc + g * d + c, _mm256_mul_ps(_mm256_loadu_ps(acc + g * d + c), av));
         }
     }
-    for (int c = 0; c < d; c += 8) {
-        __m256 a[KVQ_ATTN_MAX_G];
-        for (int g = 0; g < G; g++) a[g] = _mm256_loadu_ps(acc + g * d + c);
-        for (int t = 0; t < n; t++) {
-            const __m256 vv = load8(v, (size_t)t * d + c, kind);
-            for (int g = 0; g < G; g++) a[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(s + g * np + t), vv, a[g]);
-        }
-        for (int g = 0; g < G; g++) _mm256_storeu_ps(acc + g * d + c, a[g]);
-    }
+    /* CB channel slices at once: G * CB independent accumulator chains hide
+     * the FMA latency, within the 16 registers. */
+    if (G <= 2) pv_body(G, 4, d, n, np, s, v, acc, kind);
+    else if (G <= 6) pv_body(G, 2, d, n, np, s, v, acc, kind);
+    else pv_body(G, 1, d, n, np, s, v, acc, kind);
 }
 
 /* One instantiation per group size, so the G accumulators are registers. */

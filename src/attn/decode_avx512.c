@@ -61,6 +61,33 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 exp16(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* acc (G, d) += p (G, np) x V (n, d), CB 16-channel slices at a time. */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void pv_body(const int G, const int CB, int d, int n, int np,
+                                                        const float *p, const void *v, float *acc, const int kind) {
+    for (int c0 = 0; c0 < d; c0 += 16 * CB) {
+        __m512 a[KVQ_ATTN_MAX_G][4];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int b = 0; b < CB; b++) a[g][b] = _mm512_loadu_ps(acc + g * d + c0 + 16 * b);
+        for (int t = 0; t < n; t++) {
+            __m512 vv[4];
+#pragma GCC unroll 4
+            for (int b = 0; b < CB; b++) vv[b] = load16(v, (size_t)t * d + c0 + 16 * b, kind);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++) {
+                const __m512 pg = _mm512_set1_ps(p[g * np + t]);
+#pragma GCC unroll 4
+                for (int b = 0; b < CB; b++) a[g][b] = _mm512_fmadd_ps(pg, vv[b], a[g][b]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int b = 0; b < CB; b++) _mm512_storeu_ps(acc + g * d + c0 + 16 * b, a[g][b]);
+    }
+}
+
 KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, int n, const float *q, const void *k,
                                                           const void *v, float *m, float *l, float *acc,
                                                           const int kind) {
@@ -71,21 +98,26 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, in
         const int nb = n - t0 < 16 ? n - t0 : 16;
         for (int j = 0; j < 16; j++) {
             __m512 a[KVQ_ATTN_MAX_G];
+            #pragma GCC unroll 8
             for (int g = 0; g < G; g++) a[g] = _mm512_setzero_ps();
             if (j < nb) {
                 const size_t row = (size_t)(t0 + j) * d;
                 for (int c = 0; c < d; c += 16) {
                     const __m512 kc = load16(k, row + c, kind);
+                    #pragma GCC unroll 8
                     for (int g = 0; g < G; g++) a[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * d + c), kc, a[g]);
                 }
             }
+            #pragma GCC unroll 8
             for (int g = 0; g < G; g++) _mm512_store_ps(part + g * 256 + j * 16, a[g]);
         }
         const __mmask16 pad = (__mmask16)~((1u << nb) - 1u);
+        #pragma GCC unroll 8
         for (int g = 0; g < G; g++)
             _mm512_store_ps(s + g * np + t0, _mm512_mask_mov_ps(reduce16(part + g * 256), pad,
                                                                 _mm512_set1_ps(-INFINITY)));
     }
+    #pragma GCC unroll 8
     for (int g = 0; g < G; g++) {
         float *sg = s + g * np;
         __m512 mx = _mm512_set1_ps(-INFINITY);
@@ -108,15 +140,10 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, in
                 _mm512_storeu_ps(acc + g * d + c, _mm512_mul_ps(_mm512_loadu_ps(acc + g * d + c), av));
         }
     }
-    for (int c = 0; c < d; c += 16) {
-        __m512 a[KVQ_ATTN_MAX_G];
-        for (int g = 0; g < G; g++) a[g] = _mm512_loadu_ps(acc + g * d + c);
-        for (int t = 0; t < n; t++) {
-            const __m512 vv = load16(v, (size_t)t * d + c, kind);
-            for (int g = 0; g < G; g++) a[g] = _mm512_fmadd_ps(_mm512_set1_ps(s[g * np + t]), vv, a[g]);
-        }
-        for (int g = 0; g < G; g++) _mm512_storeu_ps(acc + g * d + c, a[g]);
-    }
+    /* CB channel slices at once: G * CB independent accumulator chains hide
+     * the FMA latency (G alone is too few), within the 32 registers. */
+    if (G * 4 <= 24 && d % 64 == 0) pv_body(G, 4, d, n, np, s, v, acc, kind);
+    else pv_body(G, 2, d, n, np, s, v, acc, kind);
 }
 
 /* One instantiation per group size, so the G accumulators are registers. */
