@@ -178,6 +178,75 @@ uint64_t kvq_gguf_tensor_bytes(const kvq_gguf *g, int64_t i);
 /* 1 if kvq's model code can compute with the tensor's type, else 0. */
 int kvq_gguf_tensor_type_supported(const kvq_gguf *g, int64_t i);
 
+/* ---- kv store and attention ---- */
+
+/* A pool of worker threads, created once and reused by every attention call.
+ * n_threads counts the calling thread; 1 runs everything on the caller. */
+typedef struct kvq_threadpool kvq_threadpool;
+kvq_status kvq_threadpool_create(int n_threads, kvq_threadpool **out);
+void kvq_threadpool_free(kvq_threadpool *pool);
+
+/* The KV cache of one sequence, stored compressed.
+ *
+ * Per (layer, kv head) the store keeps a list of compressed tiles of
+ * tile_tokens tokens (rows in the codec's format) and one f16 staging tile
+ * for the newest tokens; a full staging tile is compressed in one go. Tiles
+ * come from a pool that grows on demand: memory follows the used context.
+ * Values are rounded to f16 on append (the staging format), so an f32
+ * codec stores f16-exact values. */
+typedef struct kvq_kv kvq_kv;
+
+typedef struct kvq_kv_params {
+    int n_layer, n_kv_head, head_dim;
+    const char *ctk, *ctv;  /* K and V codec names (kvq_codec_name_at); NULL = "f16" */
+    int n_sinks;            /* the first n_sinks tokens are kept f16 */
+    int boundary_layers;    /* the first and last L layers use q8_0 for K and V
+                               (f16 where this build has no q8_0 codec) */
+    int centering;          /* 1: quantized codecs store x - mean, the per (layer,
+                               kv head) channel mean of the first full tile */
+    uint64_t seed;          /* fixes the rotations of rotated codecs */
+    int tile_tokens;        /* tokens per tile, 1..256; 0 = 32 */
+} kvq_kv_params;
+
+/* Defaults: f16/f16, no sinks, no boundary layers, centering on, seed 0,
+ * 32-token tiles; the shape fields are 0 and must be set. */
+void kvq_kv_params_default(kvq_kv_params *p);
+
+kvq_status kvq_kv_create(const kvq_kv_params *p, kvq_kv **out);
+void kvq_kv_free(kvq_kv *kv);
+
+/* Appends one token to one layer. k, v: (n_kv_head, head_dim). Layers are
+ * filled independently (a forward pass appends layer by layer). Values must
+ * be finite and within f16 range for quantized codecs (else
+ * KVQ_ERR_NONFINITE / KVQ_ERR_RANGE and nothing is appended). */
+kvq_status kvq_kv_append(kvq_kv *kv, int layer, const float *k, const float *v);
+/* Tokens held by a layer. */
+int kvq_kv_n_tokens(const kvq_kv *kv, int layer);
+/* Keeps the first n_tokens tokens of every layer. Tokens appended afterwards
+ * go through staging again, so re-appending the same values rebuilds the
+ * same store — exactly when the cut falls in the staging tile, in the sinks
+ * or on a tile boundary; a cut inside a compressed tile decodes that tile's
+ * kept rows back into staging (one more rounding for quantized codecs). */
+kvq_status kvq_kv_truncate(kvq_kv *kv, int n_tokens);
+/* Bytes of live data: compressed rows + staged and sink rows (f16) +
+ * centering means; and what the same tokens take as f16 K and V. */
+size_t kvq_kv_bytes_used(const kvq_kv *kv);
+size_t kvq_kv_bytes_f16(const kvq_kv *kv);
+
+/* Attention of one new query position over everything the layer holds (append
+ * the token's k and v first). q: (n_head, head_dim) with n_head a multiple
+ * of n_kv_head (query head h reads kv head h / (n_head / n_kv_head));
+ * out: (n_head, head_dim). Softmax scale 1/sqrt(head_dim). pool may be NULL
+ * (single thread). */
+kvq_status kvq_attn_decode(const kvq_kv *kv, int layer, kvq_threadpool *pool, int n_head, const float *q,
+                           float *out);
+
+/* Causal attention of the last n_q tokens of the layer (append them first):
+ * query i sits at position n_tokens - n_q + i and sees positions <= its own.
+ * q, out: (n_q, n_head, head_dim). */
+kvq_status kvq_attn_prefill(const kvq_kv *kv, int layer, kvq_threadpool *pool, int n_q, int n_head,
+                            const float *q, float *out);
+
 /* ---- model and inference context ---- */
 
 /* A model loaded from a GGUF file (llama, qwen2, qwen3 architectures). The
@@ -246,7 +315,6 @@ size_t kvq_ctx_kv_bytes(const kvq_ctx *ctx);
 size_t kvq_ctx_kv_bytes_f16(const kvq_ctx *ctx);
 /* The ISA path the context's kernels use. */
 kvq_isa kvq_ctx_isa(const kvq_ctx *ctx);
-
 #ifdef __cplusplus
 }
 #endif

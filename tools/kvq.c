@@ -12,6 +12,7 @@ static const struct {
 } commands[] = {
     {"codecs", cmd_codecs, "list KV codecs: bits/value, round-trip error, encode speed"},
     {"info", cmd_info, "GGUF file: version, metadata, tensor table"},
+    {"attn-bench", cmd_attn_bench, "attention over a synthetic compressed cache vs measured bandwidth"},
 };
 
 static void usage(FILE *f) {

@@ -45,6 +45,19 @@ static kvq_status qjl_init(kvq_codec *c) {
     return KVQ_OK;
 }
 
+static void decode_tile_generic(const kvq_codec *c, const void *src, int n_rows, float *y) {
+    const uint8_t *in = src;
+    for (int r = 0; r < n_rows; r++) c->decode_domain(c, in + (size_t)r * c->row_bytes, y + (size_t)r * c->head_dim);
+}
+
+/* Every kernel slot is filled after select(): families set only what they
+ * have a fast kernel for. */
+static void codec_select(kvq_codec *c) {
+    c->decode_tile_domain = NULL;
+    c->desc->family->select(c);
+    if (!c->decode_tile_domain) c->decode_tile_domain = decode_tile_generic;
+}
+
 kvq_status kvq_codec_create(const char *name, int head_dim, uint64_t seed, kvq_codec **out) {
     KVQ_RETURN_IF(!out, KVQ_ERR_INVALID_ARG, "kvq_codec_create: out is NULL");
     *out = NULL;
@@ -86,7 +99,7 @@ kvq_status kvq_codec_create(const char *name, int head_dim, uint64_t seed, kvq_c
         kvq_codec_free(c);
         return s;
     }
-    desc->family->select(c);
+    codec_select(c);
     *out = c;
     return KVQ_OK;
 }
@@ -115,7 +128,7 @@ kvq_status kvq_codec_set_isa(kvq_codec *c, kvq_isa isa) {
     KVQ_RETURN_IF(!kvq_isa_supported(isa), KVQ_ERR_UNSUPPORTED, "ISA %s is not supported by this CPU",
                   kvq_isa_name(isa));
     c->isa = isa;
-    c->desc->family->select(c);
+    codec_select(c);
     return KVQ_OK;
 }
 

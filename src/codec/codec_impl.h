@@ -15,6 +15,9 @@ typedef struct kvq_codec_desc kvq_codec_desc;
 typedef kvq_status (*kvq_encode_fn)(const kvq_codec *c, const float *x, void *dst);
 /* Decodes any bytes src (base row bytes) into y (head_dim). Never fails. */
 typedef void (*kvq_decode_fn)(const kvq_codec *c, const void *src, float *y);
+/* Decodes n_rows contiguous rows src (n_rows * row_bytes) into y
+ * (n_rows, head_dim). Never fails. */
+typedef void (*kvq_decode_tile_fn)(const kvq_codec *c, const void *src, int n_rows, float *y);
 
 typedef struct kvq_family_ops {
     int quantized;
@@ -59,6 +62,12 @@ struct kvq_codec {
      * Attention rotates the query instead (q.k = Rq.Rk) and inverse-rotates
      * the output once. Set by select(); equals decode for unrotated codecs. */
     kvq_decode_fn decode_domain;
+    /* decode_domain over a tile of contiguous base rows (codecs with +qjl:
+     * base part only; attention decodes those with kvq_codec_decode_row).
+     * Attention calls this once per tile so its inner loop makes no per-row
+     * calls. select() may set a fast one; codec.c installs a loop over
+     * decode_domain when it leaves the slot NULL. */
+    kvq_decode_tile_fn decode_tile_domain;
 };
 
 /* y = R x (to the attention domain) and y = R^T x (back). The identity for

@@ -39,6 +39,23 @@ static void decode_bf16_ref(const kvq_codec *c, const void *src, float *y) {
     for (int i = 0; i < c->head_dim; i++) y[i] = kvq_bf16_to_f32(kvq_load_u16(in + 2 * i));
 }
 
+/* Rows of a plain tile are contiguous values: a tile is one long row. */
+static void decode_tile_f32(const kvq_codec *c, const void *src, int n_rows, float *y) {
+    memcpy(y, src, sizeof(float) * (size_t)n_rows * (size_t)c->head_dim);
+}
+
+static void decode_tile_f16_ref(const kvq_codec *c, const void *src, int n_rows, float *y) {
+    const uint8_t *in = src;
+    const size_t n = (size_t)n_rows * (size_t)c->head_dim;
+    for (size_t i = 0; i < n; i++) y[i] = kvq_f16_to_f32(kvq_load_u16(in + 2 * i));
+}
+
+static void decode_tile_bf16_ref(const kvq_codec *c, const void *src, int n_rows, float *y) {
+    const uint8_t *in = src;
+    const size_t n = (size_t)n_rows * (size_t)c->head_dim;
+    for (size_t i = 0; i < n; i++) y[i] = kvq_bf16_to_f32(kvq_load_u16(in + 2 * i));
+}
+
 static void plain_pick(kvq_codec *c);
 
 /* Per-ISA kernels (plain_avx2.c, plain_avx512.c). */
@@ -48,6 +65,10 @@ kvq_status kvq_encode_bf16_avx2(const kvq_codec *c, const float *x, void *dst);
 kvq_status kvq_encode_f16_avx512(const kvq_codec *c, const float *x, void *dst);
 void kvq_decode_f16_avx512(const kvq_codec *c, const void *src, float *y);
 kvq_status kvq_encode_bf16_avx512(const kvq_codec *c, const float *x, void *dst);
+void kvq_decode_tile_f16_avx2(const kvq_codec *c, const void *src, int n_rows, float *y);
+void kvq_decode_tile_bf16_avx2(const kvq_codec *c, const void *src, int n_rows, float *y);
+void kvq_decode_tile_f16_avx512(const kvq_codec *c, const void *src, int n_rows, float *y);
+void kvq_decode_tile_bf16_avx512(const kvq_codec *c, const void *src, int n_rows, float *y);
 
 static void plain_select(kvq_codec *c) {
     plain_pick(c);
@@ -59,27 +80,38 @@ static void plain_pick(kvq_codec *c) {
     case KVQ_PLAIN_F32:
         c->encode = encode_f32;
         c->decode = decode_f32;
+        c->decode_tile_domain = decode_tile_f32;
         return;
     case KVQ_PLAIN_F16:
         c->encode = encode_f16_ref;
         c->decode = decode_f16_ref;
+        c->decode_tile_domain = decode_tile_f16_ref;
 #if KVQ_HAVE_X86
         if (c->isa >= KVQ_ISA_AVX2) {
             c->encode = kvq_encode_f16_avx2;
             c->decode = kvq_decode_f16_avx2;
+            c->decode_tile_domain = kvq_decode_tile_f16_avx2;
         }
         if (c->isa >= KVQ_ISA_AVX512) {
             c->encode = kvq_encode_f16_avx512;
             c->decode = kvq_decode_f16_avx512;
+            c->decode_tile_domain = kvq_decode_tile_f16_avx512;
         }
 #endif
         return;
     default: /* KVQ_PLAIN_BF16 */
         c->encode = encode_bf16_ref;
         c->decode = decode_bf16_ref; /* a shift: the compiler vectorizes it */
+        c->decode_tile_domain = decode_tile_bf16_ref;
 #if KVQ_HAVE_X86
-        if (c->isa >= KVQ_ISA_AVX2) c->encode = kvq_encode_bf16_avx2;
-        if (c->isa >= KVQ_ISA_AVX512) c->encode = kvq_encode_bf16_avx512;
+        if (c->isa >= KVQ_ISA_AVX2) {
+            c->encode = kvq_encode_bf16_avx2;
+            c->decode_tile_domain = kvq_decode_tile_bf16_avx2;
+        }
+        if (c->isa >= KVQ_ISA_AVX512) {
+            c->encode = kvq_encode_bf16_avx512;
+            c->decode_tile_domain = kvq_decode_tile_bf16_avx512;
+        }
 #endif
         return;
     }

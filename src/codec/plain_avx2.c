@@ -48,4 +48,20 @@ KVQ_TARGET_AVX2 kvq_status kvq_encode_bf16_avx2(const kvq_codec *c, const float 
     }
     return KVQ_OK;
 }
+/* head_dim is a multiple of 32, so a tile is whole 8-lane vectors. */
+KVQ_TARGET_AVX2 void kvq_decode_tile_f16_avx2(const kvq_codec *c, const void *src, int n_rows, float *y) {
+    const uint8_t *in = src;
+    const size_t n = (size_t)n_rows * (size_t)c->head_dim;
+    for (size_t i = 0; i < n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + 2 * i))));
+}
+
+KVQ_TARGET_AVX2 void kvq_decode_tile_bf16_avx2(const kvq_codec *c, const void *src, int n_rows, float *y) {
+    const uint8_t *in = src;
+    const size_t n = (size_t)n_rows * (size_t)c->head_dim;
+    for (size_t i = 0; i < n; i += 8) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(in + 2 * i)));
+        _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+}
 #endif

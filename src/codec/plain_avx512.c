@@ -40,4 +40,19 @@ KVQ_TARGET_AVX512 kvq_status kvq_encode_bf16_avx512(const kvq_codec *c, const fl
     }
     return KVQ_OK;
 }
+KVQ_TARGET_AVX512 void kvq_decode_tile_f16_avx512(const kvq_codec *c, const void *src, int n_rows, float *y) {
+    const uint8_t *in = src;
+    const size_t n = (size_t)n_rows * (size_t)c->head_dim;
+    for (size_t i = 0; i < n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(in + 2 * i))));
+}
+
+KVQ_TARGET_AVX512 void kvq_decode_tile_bf16_avx512(const kvq_codec *c, const void *src, int n_rows, float *y) {
+    const uint8_t *in = src;
+    const size_t n = (size_t)n_rows * (size_t)c->head_dim;
+    for (size_t i = 0; i < n; i += 16) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(in + 2 * i)));
+        _mm512_storeu_ps(y + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+}
 #endif

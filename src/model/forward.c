@@ -5,6 +5,7 @@
  * Prompts run in chunks of n_batch tokens with matmuls; one token with
  * matvecs. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -266,7 +267,7 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_ctx_params *p, kvq_ctx *
         const size_t B = (size_t)cp.n_batch;
         const size_t qd = (size_t)m->n_head * m->head_dim, kvd = (size_t)m->n_kv_head * m->head_dim;
         c->x = kvq_alloc_aligned(sizeof(float) * B * m->n_embd);
-        c->xn = kvq_alloc_aligned(sizeof(float) * B * (m->n_embd > (int)qd ? m->n_embd : qd));
+        c->xn = kvq_alloc_aligned(sizeof(float) * B * ((size_t)m->n_embd > qd ? (size_t)m->n_embd : qd));
         c->q = kvq_alloc_aligned(sizeof(float) * B * qd);
         c->k = kvq_alloc_aligned(sizeof(float) * B * kvd);
         c->v = kvq_alloc_aligned(sizeof(float) * B * kvd);

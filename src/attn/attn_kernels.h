@@ -1,0 +1,50 @@
+/* attn_kernels.h — the per-ISA tile kernels of attention, and what decode.c
+ * and prefill.c share. */
+#ifndef KVQ_ATTN_KERNELS_H
+#define KVQ_ATTN_KERNELS_H
+
+#include "common/threadpool.h"
+#include "kv/kvstore.h"
+
+/* Query heads one kernel call serves; larger groups are split. */
+#define KVQ_ATTN_MAX_G 8
+
+/* How the kernel reads K and V rows: floats, or f16 straight from a tile
+ * (f16 codec tiles, staging, sinks) with no float copy. */
+enum { KVQ_ROWS_F32, KVQ_ROWS_F16 };
+
+/* Online-softmax attention of G <= KVQ_ATTN_MAX_G query heads over n rows
+ * (1 <= n <= KVQ_KV_MAX_TILE) of one tile. q: (G, head_dim), prepared
+ * (scaled, in the K domain); k, v: (n, head_dim) of the row kind. Updates the
+ * running max m (G), sum l (G) and accumulator acc (G, head_dim). */
+typedef void (*kvq_attn_tile_fn)(int G, int d, int n, const float *q, const void *k, const void *v, float *m,
+                                 float *l, float *acc);
+
+typedef struct kvq_attn_kernels {
+    kvq_attn_tile_fn tile[2]; /* by row kind */
+} kvq_attn_kernels;
+
+/* The kernels of a path (the next lower one where a path lacks a kernel). */
+void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out);
+
+void kvq_attn_tile_f32_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
+                           float *acc);
+void kvq_attn_tile_f16_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
+                           float *acc);
+void kvq_attn_tile_f32_avx2(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
+                            float *acc);
+void kvq_attn_tile_f16_avx2(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
+                            float *acc);
+void kvq_attn_tile_f32_avx512(int G, int d, int n, const float *q, const void *k, const void *v, float *m,
+                              float *l, float *acc);
+void kvq_attn_tile_f16_avx512(int G, int d, int n, const float *q, const void *k, const void *v, float *m,
+                              float *l, float *acc);
+
+/* Causal attention of n_q queries at positions pos0.. (each sees positions
+ * up to its own; decode is n_q = 1 at the last token) over one layer.
+ * q, out: (n_q, n_head, head_dim). isa picks the kernels (tests force each
+ * path). */
+kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_isa isa, int pos0, int n_q,
+                        int n_head, const float *q, float *out);
+
+#endif

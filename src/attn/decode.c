@@ -1,0 +1,298 @@
+/* decode.c — fused split-K flash-decode over the compressed store.
+ *
+ * Work is split into tasks of (kv head, run of tiles); each task decodes a
+ * tile ONCE (or reads f16 rows in place) and runs the tile kernel for all G
+ * query heads of the group, keeping per head a running max, sum and
+ * accumulator. One more task per kv head covers the f16 rows (sinks and
+ * staging), which are in the original space. Partials are merged by
+ * log-sum-exp in task order, so the result does not depend on the number of
+ * threads. Rotations and the V mean are applied once per head at the end. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn_kernels.h"
+#include "common/fp16.h"
+
+/* ------------------------------------------------------------ ref kernels */
+
+static void tile_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
+                     float *acc, int kind) {
+    float s[KVQ_KV_MAX_TILE]; /* (n) */
+    for (int g = 0; g < G; g++) {
+        const float *qg = q + (size_t)g * d;
+        float mt = -INFINITY;
+        for (int t = 0; t < n; t++) {
+            float dot = 0;
+            for (int i = 0; i < d; i++) {
+                const size_t j = (size_t)t * d + i;
+                const float kv = kind == KVQ_ROWS_F16 ? kvq_f16_to_f32(((const uint16_t *)k)[j]) : ((const float *)k)[j];
+                dot += qg[i] * kv;
+            }
+            s[t] = dot;
+            if (dot > mt) mt = dot;
+        }
+        const float m_new = mt > m[g] ? mt : m[g];
+        const float alpha = expf(m[g] - m_new);
+        float sum = 0;
+        for (int t = 0; t < n; t++) {
+            s[t] = expf(s[t] - m_new);
+            sum += s[t];
+        }
+        l[g] = l[g] * alpha + sum;
+        m[g] = m_new;
+        float *a = acc + (size_t)g * d;
+        for (int i = 0; i < d; i++) a[i] *= alpha;
+        for (int t = 0; t < n; t++)
+            for (int i = 0; i < d; i++) {
+                const size_t j = (size_t)t * d + i;
+                const float vv = kind == KVQ_ROWS_F16 ? kvq_f16_to_f32(((const uint16_t *)v)[j]) : ((const float *)v)[j];
+                a[i] += s[t] * vv;
+            }
+    }
+}
+
+void kvq_attn_tile_f32_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
+                           float *acc) {
+    tile_ref(G, d, n, q, k, v, m, l, acc, KVQ_ROWS_F32);
+}
+
+void kvq_attn_tile_f16_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
+                           float *acc) {
+    tile_ref(G, d, n, q, k, v, m, l, acc, KVQ_ROWS_F16);
+}
+
+void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
+    out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_ref;
+    out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_ref;
+#if KVQ_HAVE_X86
+    if (isa >= KVQ_ISA_AVX2) {
+        out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_avx2;
+        out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_avx2;
+    }
+    if (isa >= KVQ_ISA_AVX512) {
+        out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_avx512;
+        out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_avx512;
+    }
+#endif
+}
+
+/* ---------------------------------------------------------------- driver */
+
+/* Tiles per task: fixed by the depth alone, never by the thread count. */
+#define TASKS_PER_HEAD 16
+#define MIN_TILES_PER_TASK 4
+
+typedef struct run_ctx {
+    const kvq_kv *kv;
+    const kvq_kv_layer *L;
+    kvq_attn_kernels kern;
+    int G, d, T, n_q, pos0;
+    int chunk, n_chunks, tasks_per_head;
+    int direct[2];     /* K / V tiles are f16 rows, read in place */
+    const float *qd;   /* (n_q, n_head, head_dim) scaled, in the K domain */
+    const float *qr;   /* (n_q, n_head, head_dim) scaled, original space */
+    float *part;       /* (n_tasks, n_q, G, head_dim + 2): m (G), l (G), acc (G, head_dim) */
+    float *scratch;    /* (n_workers, 2, tile_tokens, head_dim) */
+} run_ctx;
+
+static size_t part_floats(const run_ctx *c) { return (size_t)c->G * ((size_t)c->d + 2); }
+
+/* Decodes a tile of a codec into floats in the attention domain; +qjl codecs
+ * decode fully (their domain is the identity). */
+static void decode_tile(const kvq_codec *c, const uint8_t *src, int n, float *y) {
+    if (c->qjl) {
+        for (int r = 0; r < n; r++) kvq_codec_decode_row(c, src + (size_t)r * c->row_bytes, y + (size_t)r * c->head_dim);
+    } else {
+        c->decode_tile_domain(c, src, n, y);
+    }
+}
+
+/* Runs the kernel over rows [0, n) at positions pos.. for every query whose
+ * causal window reaches them; q is the query set for this row space. */
+static void attend_rows(const run_ctx *c, int kvh, int kind, int pos, int n, const void *k, const void *v,
+                        const float *q, float *part) {
+    const int n_head = c->G * c->kv->p.n_kv_head;
+    for (int i = 0; i < c->n_q; i++) {
+        const int n_valid = c->pos0 + i - pos + 1 < n ? c->pos0 + i - pos + 1 : n;
+        if (n_valid <= 0) continue;
+        float *p = part + (size_t)i * part_floats(c);
+        for (int g0 = 0; g0 < c->G; g0 += KVQ_ATTN_MAX_G) {
+            const int gn = c->G - g0 < KVQ_ATTN_MAX_G ? c->G - g0 : KVQ_ATTN_MAX_G;
+            c->kern.tile[kind](gn, c->d, n_valid, q + ((size_t)i * n_head + (size_t)kvh * c->G + g0) * c->d, k, v,
+                               p + g0, p + c->G + g0, p + 2 * c->G + (size_t)g0 * c->d);
+        }
+    }
+}
+
+static void run_task(int task, int worker, void *arg) {
+    const run_ctx *c = arg;
+    const kvq_kv *kv = c->kv;
+    const kvq_kv_layer *L = c->L;
+    const int kvh = task / c->tasks_per_head, j = task % c->tasks_per_head;
+    const int d = c->d, T = c->T;
+    float *part = c->part + (size_t)task * c->n_q * part_floats(c); /* (n_q, G, head_dim + 2) */
+    for (int i = 0; i < c->n_q; i++) {
+        float *p = part + (size_t)i * part_floats(c);
+        for (int g = 0; g < c->G; g++) p[g] = -INFINITY;
+        memset(p + c->G, 0, sizeof(float) * ((size_t)c->G + (size_t)c->G * d));
+    }
+    const kvq_kv_stream *sk = &L->streams[kvh * 2], *sv = &L->streams[kvh * 2 + 1];
+    const int n_sunk = kvq_kv_n_sunk(kv, L);
+    if (j == c->n_chunks) {
+        if (n_sunk) attend_rows(c, kvh, KVQ_ROWS_F16, 0, n_sunk, sk->sink, sv->sink, c->qr, part);
+        const int n_staged = kvq_kv_n_staged(kv, L);
+        if (n_staged)
+            attend_rows(c, kvh, KVQ_ROWS_F16, n_sunk + L->n_tiles * T, n_staged, sk->stage, sv->stage, c->qr, part);
+        return;
+    }
+    float *kbuf = c->scratch + (size_t)worker * 2 * T * d; /* (tile_tokens, head_dim) */
+    float *vbuf = kbuf + (size_t)T * d;                    /* (tile_tokens, head_dim) */
+    const int t_end = (j + 1) * c->chunk < L->n_tiles ? (j + 1) * c->chunk : L->n_tiles;
+    const size_t kbytes = (size_t)T * L->codec[0]->row_bytes, vbytes = (size_t)T * L->codec[1]->row_bytes;
+    for (int t = j * c->chunk; t < t_end; t++) {
+        const int pos = n_sunk + t * T;
+        if (pos > c->pos0 + c->n_q - 1) break;
+        /* Tiles sit in separate pool slots (a page each for f16 at d=64):
+         * hardware prefetchers stop at page boundaries, so fetch the next
+         * tile ourselves while this one is computed. */
+        if (t + 1 < t_end) {
+            for (size_t b = 0; b < kbytes; b += 64) __builtin_prefetch(sk->tiles[t + 1] + b);
+            for (size_t b = 0; b < vbytes; b += 64) __builtin_prefetch(sv->tiles[t + 1] + b);
+        }
+        const void *k = sk->tiles[t], *v = sv->tiles[t];
+        if (!c->direct[0]) {
+            decode_tile(L->codec[0], k, T, kbuf);
+            k = kbuf;
+        }
+        if (!c->direct[1]) {
+            decode_tile(L->codec[1], v, T, vbuf);
+            v = vbuf;
+        }
+        /* Mixed cases (one side f16, the other decoded) convert the f16 side too. */
+        int kind = c->direct[0] && c->direct[1] ? KVQ_ROWS_F16 : KVQ_ROWS_F32;
+        if (kind == KVQ_ROWS_F32 && c->direct[0]) {
+            decode_tile(L->codec[0], k, T, kbuf);
+            k = kbuf;
+        }
+        if (kind == KVQ_ROWS_F32 && c->direct[1]) {
+            decode_tile(L->codec[1], v, T, vbuf);
+            v = vbuf;
+        }
+        attend_rows(c, kvh, kind, pos, T, k, v, c->qd, part);
+    }
+}
+
+static int is_f16_rows(const kvq_codec *c) {
+    return !c->qjl && !c->mean && c->desc->family == &kvq_family_plain && c->desc->param == KVQ_PLAIN_F16;
+}
+
+static void finish(const run_ctx *c, float *out) {
+    const kvq_kv *kv = c->kv;
+    const kvq_kv_layer *L = c->L;
+    const int d = c->d, G = c->G, H = kv->p.n_kv_head, n_head = G * H;
+    const kvq_codec *cv = L->codec[1];
+    const int v_centered = L->centered[1] && L->n_tiles > 0;
+    const int k_centered = L->centered[0] && L->n_tiles > 0;
+    for (int i = 0; i < c->n_q; i++) {
+        for (int kvh = 0; kvh < H; kvh++) {
+            for (int g = 0; g < G; g++) {
+                /* Compressed tiles hold k - mu_K, so their scores lack q.mu_K
+                 * against the f16 rows (sinks, staging): a partial's running
+                 * max carries the shift, so add it there, once per head. */
+                double k_shift = 0;
+                if (k_centered) {
+                    const float *qr = c->qr + ((size_t)i * n_head + (size_t)kvh * G + g) * d;
+                    const float *mu_k = L->streams[kvh * 2].mean;
+                    for (int e = 0; e < d; e++) k_shift += (double)qr[e] * mu_k[e];
+                }
+                double dom[KVQ_MAX_HEAD_DIM] = {0}, raw[KVQ_MAX_HEAD_DIM] = {0};
+                double mx = -INFINITY, lsum = 0, dom_mass = 0;
+                for (int j = 0; j < c->tasks_per_head; j++) {
+                    const float *p = c->part + ((size_t)(kvh * c->tasks_per_head + j) * c->n_q + i) * part_floats(c);
+                    const double pm = p[g] + (j == c->n_chunks ? 0.0 : k_shift);
+                    if (p[G + g] > 0 && pm > mx) mx = pm;
+                }
+                for (int j = 0; j < c->tasks_per_head; j++) {
+                    const float *p = c->part + ((size_t)(kvh * c->tasks_per_head + j) * c->n_q + i) * part_floats(c);
+                    if (!(p[G + g] > 0)) continue;
+                    const double w = exp((double)p[g] + (j == c->n_chunks ? 0.0 : k_shift) - mx);
+                    const float *a = p + 2 * G + (size_t)g * d;
+                    double *dst = j == c->n_chunks ? raw : dom;
+                    for (int e = 0; e < d; e++) dst[e] += w * a[e];
+                    lsum += w * p[G + g];
+                    if (j != c->n_chunks) dom_mass += w * p[G + g];
+                }
+                float tmp[KVQ_MAX_HEAD_DIM];
+                for (int e = 0; e < d; e++) tmp[e] = (float)dom[e];
+                if (!cv->qjl) kvq_codec_from_domain(cv, tmp, tmp);
+                const float *mu = L->streams[kvh * 2 + 1].mean;
+                float *o = out + ((size_t)i * n_head + (size_t)kvh * G + g) * d;
+                const double inv = lsum > 0 ? 1.0 / lsum : 0.0;
+                for (int e = 0; e < d; e++)
+                    o[e] = (float)((tmp[e] + raw[e] + (v_centered ? mu[e] * dom_mass : 0.0)) * inv);
+            }
+        }
+    }
+}
+
+kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_isa isa, int pos0, int n_q,
+                        int n_head, const float *q, float *out) {
+    KVQ_RETURN_IF(!kv || !q || !out, KVQ_ERR_INVALID_ARG, "attention: NULL argument");
+    KVQ_RETURN_IF(layer < 0 || layer >= kv->p.n_layer, KVQ_ERR_INVALID_ARG, "attention: layer %d not in [0, %d)",
+                  layer, kv->p.n_layer);
+    const int H = kv->p.n_kv_head, d = kv->p.head_dim;
+    KVQ_RETURN_IF(n_head < H || n_head % H, KVQ_ERR_INVALID_ARG,
+                  "attention: n_head %d is not a multiple of n_kv_head %d", n_head, H);
+    const kvq_kv_layer *L = &kv->layers[layer];
+    KVQ_RETURN_IF(n_q < 1 || pos0 < 0 || pos0 > L->n_tokens - n_q, KVQ_ERR_INVALID_ARG,
+                  "attention: queries at %d..%d but layer %d holds %d tokens (append first)", pos0, pos0 + n_q - 1,
+                  layer, L->n_tokens);
+    KVQ_RETURN_IF(!kvq_isa_supported(isa), KVQ_ERR_UNSUPPORTED, "attention: ISA %s not supported here",
+                  kvq_isa_name(isa) ? kvq_isa_name(isa) : "?");
+
+    run_ctx c = {.kv = kv, .L = L, .G = n_head / H, .d = d, .T = kv->p.tile_tokens, .n_q = n_q};
+    kvq_attn_kernels_get(isa, &c.kern);
+    c.pos0 = pos0;
+    c.chunk = (L->n_tiles + TASKS_PER_HEAD - 1) / TASKS_PER_HEAD;
+    if (c.chunk < MIN_TILES_PER_TASK) c.chunk = MIN_TILES_PER_TASK;
+    c.n_chunks = (L->n_tiles + c.chunk - 1) / c.chunk;
+    c.tasks_per_head = c.n_chunks + 1;
+    c.direct[0] = is_f16_rows(L->codec[0]);
+    c.direct[1] = is_f16_rows(L->codec[1]);
+    const int n_workers = kvq_threadpool_size(pool);
+    const size_t n_tasks = (size_t)H * c.tasks_per_head;
+    const size_t qn = (size_t)n_q * n_head * d;
+    float *qd = kvq_alloc_aligned(sizeof(float) * 2 * qn);
+    float *part = kvq_alloc_aligned(sizeof(float) * n_tasks * n_q * part_floats(&c));
+    float *scratch = kvq_alloc_aligned(sizeof(float) * (size_t)n_workers * 2 * c.T * d);
+    if (!qd || !part || !scratch) {
+        kvq_free_aligned(qd);
+        kvq_free_aligned(part);
+        kvq_free_aligned(scratch);
+        return kvq_fail(KVQ_ERR_NOMEM, "attention: out of memory");
+    }
+    const float scale = 1.0f / sqrtf((float)d);
+    float *qr = qd + qn;
+    for (size_t r = 0; r < (size_t)n_q * n_head; r++) {
+        for (int e = 0; e < d; e++) qr[r * d + e] = q[r * d + e] * scale;
+        if (L->codec[0]->qjl) memcpy(qd + r * d, qr + r * d, sizeof(float) * d);
+        else kvq_codec_to_domain(L->codec[0], qr + r * d, qd + r * d);
+    }
+    c.qd = qd;
+    c.qr = qr;
+    c.part = part;
+    c.scratch = scratch;
+    kvq_threadpool_run(pool, (int)n_tasks, run_task, &c);
+    finish(&c, out);
+    kvq_free_aligned(qd);
+    kvq_free_aligned(part);
+    kvq_free_aligned(scratch);
+    return KVQ_OK;
+}
+
+kvq_status kvq_attn_decode(const kvq_kv *kv, int layer, kvq_threadpool *pool, int n_head, const float *q,
+                           float *out) {
+    KVQ_RETURN_IF(!kv, KVQ_ERR_INVALID_ARG, "kvq_attn_decode: kv is NULL");
+    return kvq_attn_run(kv, layer, pool, kvq_isa_default(), kvq_kv_n_tokens(kv, layer) - 1, 1, n_head, q, out);
+}

@@ -1,0 +1,180 @@
+/* decode_avx2.c — the attention tile kernel with AVX2 + FMA + F16C.
+ *
+ * Same shape as decode_avx512.c with 8 lanes: per token the K row is loaded
+ * once for all G queries, the G x 8 lane-partials of an 8-token block are
+ * reduced by a transpose-add tree, and P x V keeps the G accumulators of an
+ * 8-channel slice in registers. */
+#include <math.h>
+
+#include "attn/attn_kernels.h"
+
+#if KVQ_HAVE_X86
+#include <immintrin.h>
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 load8(const void *base, size_t i, int kind) {
+    if (kind == KVQ_ROWS_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
+    return _mm256_loadu_ps((const float *)base + i);
+}
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 pair_sum(__m256 a, __m256 b) {
+    return _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+}
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 quad_sum(__m256 x, __m256 y) {
+    const __m256d xd = _mm256_castps_pd(x), yd = _mm256_castps_pd(y);
+    return _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(xd, yd)), _mm256_castpd_ps(_mm256_unpackhi_pd(xd, yd)));
+}
+
+/* r: (8, 8) lane partials -> the 8 row sums, in order. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 reduce8(const float *r) {
+    const __m256 lo = quad_sum(pair_sum(_mm256_load_ps(r), _mm256_load_ps(r + 8)),
+                               pair_sum(_mm256_load_ps(r + 16), _mm256_load_ps(r + 24)));
+    const __m256 hi = quad_sum(pair_sum(_mm256_load_ps(r + 32), _mm256_load_ps(r + 40)),
+                               pair_sum(_mm256_load_ps(r + 48), _mm256_load_ps(r + 56)));
+    return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float hsum8(__m256 x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float hmax8(__m256 x) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* exp(x) for x <= 0, relative error ~2e-7; below -87 gives 0. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 exp8(__m256 x) {
+    const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* acc (G, d) += p (G, np) x V (n, d), CB 8-channel slices at a time
+ * (head_dim is a multiple of 32, so CB <= 4 divides it). */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_body(const int G, const int CB, int d, int n, int np,
+                                                      const float *p, const void *v, float *acc, const int kind) {
+    for (int c0 = 0; c0 < d; c0 += 8 * CB) {
+        __m256 a[KVQ_ATTN_MAX_G][4];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int b = 0; b < CB; b++) a[g][b] = _mm256_loadu_ps(acc + g * d + c0 + 8 * b);
+        for (int t = 0; t < n; t++) {
+            __m256 vv[4];
+#pragma GCC unroll 4
+            for (int b = 0; b < CB; b++) vv[b] = load8(v, (size_t)t * d + c0 + 8 * b, kind);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++) {
+                const __m256 pg = _mm256_broadcast_ss(p + g * np + t);
+#pragma GCC unroll 4
+                for (int b = 0; b < CB; b++) a[g][b] = _mm256_fmadd_ps(pg, vv[b], a[g][b]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int b = 0; b < CB; b++) _mm256_storeu_ps(acc + g * d + c0 + 8 * b, a[g][b]);
+    }
+}
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, int n, const float *q, const void *k,
+                                                        const void *v, float *m, float *l, float *acc,
+                                                        const int kind) {
+    const int np = (n + 7) & ~7;
+    float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE] __attribute__((aligned(32))); /* (G, np) scores, then p */
+    float part[KVQ_ATTN_MAX_G * 64] __attribute__((aligned(32)));          /* (G, 8 tokens, 8 lanes) */
+    for (int t0 = 0; t0 < n; t0 += 8) {
+        const int nb = n - t0 < 8 ? n - t0 : 8;
+        for (int j = 0; j < 8; j++) {
+            __m256 a[KVQ_ATTN_MAX_G];
+            #pragma GCC unroll 8
+            for (int g = 0; g < G; g++) a[g] = _mm256_setzero_ps();
+            if (j < nb) {
+                const size_t row = (size_t)(t0 + j) * d;
+                for (int c = 0; c < d; c += 8) {
+                    const __m256 kc = load8(k, row + c, kind);
+                    #pragma GCC unroll 8
+                    for (int g = 0; g < G; g++) a[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * d + c), kc, a[g]);
+                }
+            }
+            #pragma GCC unroll 8
+            for (int g = 0; g < G; g++) _mm256_store_ps(part + g * 64 + j * 8, a[g]);
+        }
+        const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256 pad = _mm256_cmp_ps(lane, _mm256_set1_ps((float)nb), _CMP_GE_OQ);
+        #pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+            _mm256_store_ps(s + g * np + t0, _mm256_blendv_ps(reduce8(part + g * 64), _mm256_set1_ps(-INFINITY), pad));
+    }
+    #pragma GCC unroll 8
+    for (int g = 0; g < G; g++) {
+        float *sg = s + g * np;
+        __m256 mx = _mm256_set1_ps(-INFINITY);
+        for (int t = 0; t < np; t += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(sg + t));
+        const float mt = hmax8(mx);
+        const float m_new = mt > m[g] ? mt : m[g];
+        const float alpha = expf(m[g] - m_new);
+        __m256 sum = _mm256_setzero_ps();
+        const __m256 mv = _mm256_set1_ps(m_new);
+        for (int t = 0; t < np; t += 8) {
+            const __m256 p = exp8(_mm256_sub_ps(_mm256_load_ps(sg + t), mv));
+            _mm256_store_ps(sg + t, p);
+            sum = _mm256_add_ps(sum, p);
+        }
+        l[g] = l[g] * alpha + hsum8(sum);
+        m[g] = m_new;
+        if (alpha != 1.0f) {
+            const __m256 av = _mm256_set1_ps(alpha);
+            for (int c = 0; c < d; c += 8)
+                _mm256_storeu_ps(acc + g * d + c, _mm256_mul_ps(_mm256_loadu_ps(acc + g * d + c), av));
+        }
+    }
+    /* CB channel slices at once: G * CB independent accumulator chains hide
+     * the FMA latency, within the 16 registers. */
+    if (G <= 2) pv_body(G, 4, d, n, np, s, v, acc, kind);
+    else if (G <= 6) pv_body(G, 2, d, n, np, s, v, acc, kind);
+    else pv_body(G, 1, d, n, np, s, v, acc, kind);
+}
+
+/* One instantiation per group size, so the G accumulators are registers. */
+#define KVQ_TILE_CASES(kind)                                                                             \
+    switch (G) {                                                                                         \
+    case 1: tile_body(1, d, n, q, k, v, m, l, acc, kind); break;                                         \
+    case 2: tile_body(2, d, n, q, k, v, m, l, acc, kind); break;                                         \
+    case 3: tile_body(3, d, n, q, k, v, m, l, acc, kind); break;                                         \
+    case 4: tile_body(4, d, n, q, k, v, m, l, acc, kind); break;                                         \
+    case 5: tile_body(5, d, n, q, k, v, m, l, acc, kind); break;                                         \
+    case 6: tile_body(6, d, n, q, k, v, m, l, acc, kind); break;                                         \
+    case 7: tile_body(7, d, n, q, k, v, m, l, acc, kind); break;                                         \
+    default: tile_body(8, d, n, q, k, v, m, l, acc, kind); break;                                        \
+    }
+
+KVQ_TARGET_AVX2 void kvq_attn_tile_f32_avx2(int G, int d, int n, const float *q, const void *k, const void *v,
+                                            float *m, float *l, float *acc) {
+    KVQ_TILE_CASES(KVQ_ROWS_F32)
+}
+
+KVQ_TARGET_AVX2 void kvq_attn_tile_f16_avx2(int G, int d, int n, const float *q, const void *k, const void *v,
+                                            float *m, float *l, float *acc) {
+    KVQ_TILE_CASES(KVQ_ROWS_F16)
+}
+#endif

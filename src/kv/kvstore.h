@@ -1,0 +1,46 @@
+/* kvstore.h — the KV store's layout, shared with attention (src/attn). */
+#ifndef KVQ_KVSTORE_H
+#define KVQ_KVSTORE_H
+
+#include "codec/codec_impl.h"
+
+#define KVQ_KV_MAX_TILE 256
+
+typedef struct kvq_kv_pool kvq_kv_pool;
+
+/* K or V of one (layer, kv head). */
+typedef struct kvq_kv_stream {
+    uint8_t **tiles;  /* (cap_tiles) -> (tile_tokens, row_bytes) codec rows */
+    uint16_t *stage;  /* (tile_tokens, head_dim) f16: the newest tokens */
+    uint16_t *sink;   /* (n_sinks, head_dim) f16: the first tokens */
+    float *mean;      /* (head_dim) centering mean of the first tile, when layer->has_mean */
+} kvq_kv_stream;
+
+typedef struct kvq_kv_layer {
+    kvq_codec *codec[2];  /* K, V; owned by the store, shared between layers */
+    kvq_kv_pool *pool[2];
+    int centered[2];      /* tiles of K / V hold x - mean once has_mean */
+    int has_mean;
+    int n_tokens;
+    int n_tiles, cap_tiles;
+    kvq_kv_stream *streams; /* (n_kv_head, 2): [h * 2 + 0] K, [h * 2 + 1] V */
+} kvq_kv_layer;
+
+struct kvq_kv {
+    kvq_kv_params p;        /* ctk/ctv point at names below */
+    char ctk[32], ctv[32], boundary[32];
+    kvq_codec *codecs[4];   /* distinct codecs in use */
+    kvq_kv_pool *pools[4];  /* one per distinct tile size */
+    kvq_kv_layer *layers;   /* (n_layer) */
+};
+
+/* Tokens of a layer in the sinks, the compressed tiles and the staging
+ * tile, in position order. */
+static inline int kvq_kv_n_sunk(const kvq_kv *kv, const kvq_kv_layer *L) {
+    return L->n_tokens < kv->p.n_sinks ? L->n_tokens : kv->p.n_sinks;
+}
+static inline int kvq_kv_n_staged(const kvq_kv *kv, const kvq_kv_layer *L) {
+    return L->n_tokens - kvq_kv_n_sunk(kv, L) - L->n_tiles * kv->p.tile_tokens;
+}
+
+#endif

@@ -1,0 +1,256 @@
+/* test_kvstore.c — the KV store (tiles, staging, sinks, centering, policy,
+ * truncate, byte accounting), the thread pool and the float64 reference. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn_ref.h"
+#include "attn_test_util.h"
+#include "common/threadpool.h"
+#include "test.h"
+
+static kvq_kv_params small_params(const char *codec) {
+    kvq_kv_params p;
+    kvq_kv_params_default(&p);
+    p.n_layer = 2;
+    p.n_kv_head = 2;
+    p.head_dim = 64;
+    p.ctk = p.ctv = codec;
+    p.n_sinks = 3;
+    p.seed = 5;
+    return p;
+}
+
+/* 1 if two stores hold the same live data (tiles, staging, sinks, means). */
+static int same_state(const kvq_kv *a, const kvq_kv *b) {
+    const int H = a->p.n_kv_head, d = a->p.head_dim, T = a->p.tile_tokens;
+    for (int l = 0; l < a->p.n_layer; l++) {
+        const kvq_kv_layer *la = &a->layers[l], *lb = &b->layers[l];
+        if (la->n_tokens != lb->n_tokens || la->n_tiles != lb->n_tiles || la->has_mean != lb->has_mean) return 0;
+        const size_t sunk = (size_t)kvq_kv_n_sunk(a, la), staged = (size_t)kvq_kv_n_staged(a, la);
+        for (int s = 0; s < 2 * H; s++) {
+            const kvq_kv_stream *sa = &la->streams[s], *sb = &lb->streams[s];
+            const size_t rb = la->codec[s & 1]->row_bytes;
+            for (int t = 0; t < la->n_tiles; t++)
+                if (memcmp(sa->tiles[t], sb->tiles[t], rb * T)) return 0;
+            if (memcmp(sa->stage, sb->stage, staged * d * 2) || (sunk && memcmp(sa->sink, sb->sink, sunk * d * 2)))
+                return 0;
+            if (la->has_mean && la->centered[s & 1] && memcmp(sa->mean, sb->mean, sizeof(float) * d)) return 0;
+        }
+    }
+    return 1;
+}
+
+/* Cuts in the sinks, on tile boundaries, inside staging: re-appending the
+ * same tokens rebuilds the same store, for every codec. Plain codecs decode
+ * exactly, so for them any cut (also inside a compressed tile) works. */
+TEST(kvstore_truncate_then_reappend_equals_never_appended) {
+    const int n = 150;
+    for (int ci = 0; ci < kvq_codec_count(); ci++) {
+        kvq_kv_params p = small_params(kvq_codec_name_at(ci));
+        float *k, *v;
+        kvq_test_kv_data(&p, n, 77, &k, &v);
+        kvq_kv *full = NULL;
+        CHECK_OK(kvq_kv_create(&p, &full));
+        CHECK_OK(kvq_test_fill(full, n, k, v));
+        kvq_codec *c = full->layers[0].codec[0];
+        const int plain = !kvq_codec_is_quantized(c);
+        static const int cuts[] = {0, 2, 3, 35, 67, 130, 140, 149, 150, 20, 50, 100};
+        for (size_t i = 0; i < KVQ_ARRAY_LEN(cuts); i++) {
+            const int cut = cuts[i];
+            const int in_tile = cut > 3 && (cut - 3) % 32 != 0 && cut < 3 + 4 * 32;
+            if (in_tile && !plain) continue;
+            kvq_kv *kv = NULL;
+            CHECK_OK(kvq_kv_create(&p, &kv));
+            CHECK_OK(kvq_test_fill(kv, n, k, v));
+            CHECK_OK(kvq_kv_truncate(kv, cut));
+            CHECK(kvq_kv_n_tokens(kv, 1) == cut);
+            const size_t tok = (size_t)p.n_kv_head * p.head_dim;
+            for (int l = 0; l < p.n_layer; l++)
+                for (int t = cut; t < n; t++)
+                    CHECK_OK(kvq_kv_append(kv, l, k + ((size_t)l * n + t) * tok, v + ((size_t)l * n + t) * tok));
+            CHECKF(same_state(kv, full), "%s: cut at %d then re-append differs", kvq_codec_name(c), cut);
+            CHECK(kvq_kv_bytes_used(kv) == kvq_kv_bytes_used(full));
+            kvq_kv_free(kv);
+        }
+        kvq_kv_free(full);
+        free(k);
+        free(v);
+    }
+}
+
+/* Bytes used = compressed rows + f16 sink and staging rows + means, exactly. */
+TEST(kvstore_byte_accounting_is_exact) {
+    for (int ci = 0; ci < kvq_codec_count(); ci++) {
+        kvq_kv_params p = small_params(kvq_codec_name_at(ci));
+        p.n_layer = 3;
+        p.boundary_layers = 1;
+        float *k, *v;
+        const int n = 100;
+        kvq_test_kv_data(&p, n, 3, &k, &v);
+        kvq_kv *kv = NULL;
+        CHECK_OK(kvq_kv_create(&p, &kv));
+        CHECK(kvq_kv_bytes_used(kv) == 0 && kvq_kv_bytes_f16(kv) == 0);
+        for (int t = 1; t <= n; t++) {
+            const size_t tok = (size_t)p.n_kv_head * p.head_dim;
+            for (int l = 0; l < p.n_layer; l++)
+                CHECK_OK(kvq_kv_append(kv, l, k + ((size_t)l * n + t - 1) * tok, v + ((size_t)l * n + t - 1) * tok));
+            const size_t H = 2, d = 64, T = 32;
+            const size_t sunk = t < 3 ? (size_t)t : 3, tiles = ((size_t)t - sunk) / T;
+            const size_t staged = (size_t)t - sunk - tiles * T;
+            size_t want = 0;
+            for (int l = 0; l < p.n_layer; l++) {
+                const kvq_kv_layer *L = &kv->layers[l];
+                const size_t rb = L->codec[0]->row_bytes + L->codec[1]->row_bytes;
+                want += H * tiles * T * rb + H * 2 * (sunk + staged) * d * 2;
+                if (tiles) want += H * (size_t)(L->centered[0] + L->centered[1]) * d * 4;
+            }
+            CHECKF(kvq_kv_bytes_used(kv) == want, "%s t=%d: %zu bytes, want %zu", p.ctk, t, kvq_kv_bytes_used(kv),
+                   want);
+            CHECK(kvq_kv_bytes_f16(kv) == (size_t)p.n_layer * t * H * d * 4);
+        }
+        kvq_kv_free(kv);
+        free(k);
+        free(v);
+    }
+}
+
+/* Boundary layers take q8_0 (f16 while this build has no q8_0); the middle
+ * layer keeps the chosen codec; centering applies to quantized codecs only;
+ * no tile exists before the first one fills. */
+TEST(kvstore_policy_boundary_centering_and_lazy_tiles) {
+    kvq_kv_params p = small_params("bf16");
+    p.n_layer = 3;
+    p.boundary_layers = 1;
+    kvq_kv *kv = NULL;
+    CHECK_OK(kvq_kv_create(&p, &kv));
+    const char *bname = kvq_codec_desc_find("q8_0") ? "q8_0" : "f16";
+    CHECK(!strcmp(kvq_codec_name(kv->layers[0].codec[0]), bname));
+    CHECK(!strcmp(kvq_codec_name(kv->layers[2].codec[1]), bname));
+    CHECK(!strcmp(kvq_codec_name(kv->layers[1].codec[0]), "bf16"));
+    CHECK(kv->layers[1].centered[0] == 0);
+    CHECK(kv->layers[1].n_tiles == 0 && kv->layers[1].cap_tiles == 0);
+    kvq_kv_free(kv);
+}
+
+TEST(kvstore_rejects_bad_input) {
+    kvq_kv_params p = small_params("nope");
+    kvq_kv *kv = NULL;
+    CHECK(kvq_kv_create(&p, &kv) == KVQ_ERR_INVALID_ARG && kv == NULL);
+    p = small_params("f16");
+    p.head_dim = 48;
+    CHECK(kvq_kv_create(&p, &kv) == KVQ_ERR_INVALID_ARG);
+    p = small_params("f16");
+    p.tile_tokens = 300;
+    CHECK(kvq_kv_create(&p, &kv) == KVQ_ERR_INVALID_ARG);
+    p = small_params("f16");
+    CHECK_OK(kvq_kv_create(&p, &kv));
+    float x[2 * 64] = {0};
+    CHECK(kvq_kv_append(kv, 2, x, x) == KVQ_ERR_INVALID_ARG);
+    CHECK(kvq_kv_truncate(kv, -1) == KVQ_ERR_INVALID_ARG);
+    kvq_kv_free(kv);
+    for (int ci = 0; ci < kvq_codec_count(); ci++) {
+        p = small_params(kvq_codec_name_at(ci));
+        CHECK_OK(kvq_kv_create(&p, &kv));
+        if (kvq_codec_is_quantized(kv->layers[0].codec[0])) {
+            x[5] = NAN;
+            CHECK(kvq_kv_append(kv, 0, x, x) == KVQ_ERR_NONFINITE);
+            x[5] = 1e6f;
+            CHECK(kvq_kv_append(kv, 0, x, x) == KVQ_ERR_RANGE);
+            CHECK(kvq_kv_n_tokens(kv, 0) == 0);
+            x[5] = 0;
+        }
+        kvq_kv_free(kv);
+    }
+}
+
+/* ---------------------------------------------------------- thread pool */
+
+typedef struct {
+    _Atomic int hits[1000];
+    _Atomic int bad_worker;
+    int n_threads;
+} pool_probe;
+
+static void probe_task(int task, int worker, void *arg) {
+    pool_probe *pp = arg;
+    atomic_fetch_add(&pp->hits[task], 1);
+    if (worker < 0 || worker >= pp->n_threads) atomic_store(&pp->bad_worker, 1);
+}
+
+TEST(threadpool_runs_every_task_once) {
+    for (int nt = 1; nt <= 3; nt++) {
+        kvq_threadpool *pool = NULL;
+        CHECK_OK(kvq_threadpool_create(nt, &pool));
+        CHECK(kvq_threadpool_size(pool) == nt);
+        pool_probe *pp = calloc(1, sizeof *pp);
+        pp->n_threads = nt;
+        for (int rep = 0; rep < 200; rep++) kvq_threadpool_run(pool, 1 + rep % 1000 * 5 % 997, probe_task, pp);
+        for (int t = 0; t < 1000; t++) {
+            int want = 0;
+            for (int rep = 0; rep < 200; rep++) want += t < 1 + rep % 1000 * 5 % 997;
+            CHECKF(atomic_load(&pp->hits[t]) == want, "threads %d task %d ran %d times, want %d", nt, t,
+                   atomic_load(&pp->hits[t]), want);
+        }
+        CHECK(!atomic_load(&pp->bad_worker));
+        free(pp);
+        kvq_threadpool_free(pool);
+    }
+    kvq_threadpool *pool = NULL;
+    CHECK(kvq_threadpool_create(0, &pool) == KVQ_ERR_INVALID_ARG && pool == NULL);
+}
+
+/* --------------------------------------------------- float64 reference */
+
+TEST(attn_ref_hand_computed_cases) {
+    /* One token: the output is its value row. */
+    const float q1[2] = {1, 2}, k1[2] = {3, -1}, v1[2] = {0.5f, -4};
+    double out[4];
+    kvq_attn_ref(1, 1, 2, 1, 1.0, q1, k1, v1, out);
+    CHECK(out[0] == 0.5 && out[1] == -4);
+    /* Two tokens, scores 0 and ln 3 (scale 1): weights 1/4 and 3/4. */
+    const float q2[2] = {1, 0}, k2[4] = {0, 5, (float)log(3.0), 7}, v2[4] = {4, 8, 0, -4};
+    kvq_attn_ref(1, 1, 2, 2, 1.0, q2, k2, v2, out);
+    CHECKF(fabs(out[0] - 1.0) < 1e-7 && fabs(out[1] - (-1.0)) < 1e-7, "got %g %g", out[0], out[1]);
+    /* Grouped heads: 2 query heads share kv head 0, the 3rd and 4th kv head 1. */
+    const float q4[4 * 2] = {1, 0, 0, 1, 1, 0, 0, 1};
+    const float k4[2 * 2 * 2] = {0, 0, 0, 0, 0, 0, 0, 0}, v4[2 * 2 * 2] = {1, 2, 3, 4, 10, 20, 30, 40};
+    kvq_attn_ref(4, 2, 2, 2, 1.0, q4, k4, v4, out);
+    CHECK(out[0] == 2 && out[1] == 3);
+    double out4[8];
+    kvq_attn_ref(4, 2, 2, 2, 1.0, q4, k4, v4, out4);
+    CHECK(out4[4] == 20 && out4[5] == 30 && out4[6] == 20 && out4[7] == 30);
+}
+
+/* Against the direct formula: weights exp(s) / sum exp(s), no max shift
+ * (safe here: small scores), computed with long double. */
+TEST(attn_ref_matches_direct_two_pass_formula) {
+    const int n_head = 6, H = 2, d = 32, n = 50;
+    uint64_t s = 1;
+    float *q = malloc(sizeof(float) * n_head * d), *k = malloc(sizeof(float) * H * n * d),
+          *v = malloc(sizeof(float) * H * n * d);
+    for (int i = 0; i < n_head * d; i++) q[i] = kvq_test_normal(&s);
+    for (int i = 0; i < H * n * d; i++) k[i] = kvq_test_normal(&s), v[i] = kvq_test_normal(&s);
+    double out[6 * 32];
+    const double scale = 0.125;
+    kvq_attn_ref(n_head, H, d, n, scale, q, k, v, out);
+    for (int h = 0; h < n_head; h++) {
+        const int kvh = h / (n_head / H);
+        long double w[50], sum = 0;
+        for (int t = 0; t < n; t++) {
+            long double dot = 0;
+            for (int i = 0; i < d; i++) dot += (long double)q[h * d + i] * k[(kvh * n + t) * d + i];
+            w[t] = expl(dot * scale);
+            sum += w[t];
+        }
+        for (int i = 0; i < d; i++) {
+            long double o = 0;
+            for (int t = 0; t < n; t++) o += w[t] / sum * v[(kvh * n + t) * d + i];
+            CHECKF(fabsl(o - out[h * d + i]) < 1e-12L, "head %d ch %d: %Lg vs %g", h, i, o, out[h * d + i]);
+        }
+    }
+    free(q);
+    free(k);
+    free(v);
+}
