@@ -260,8 +260,9 @@ kvq_sampler_params kvq_sampler_default_params(void);
 
 kvq_status kvq_sampler_create(const kvq_sampler_params *p, kvq_sampler **out);
 void kvq_sampler_free(kvq_sampler *s);
-/* logits: (n_vocab) floats, not modified; NaN is refused, -Inf allowed (a
- * masked token). The chosen id goes to *id. Does not accept it. */
+/* logits: (n_vocab) floats, not modified. -Inf masks a token; NaN, +Inf or
+ * all -Inf give KVQ_ERR_NONFINITE. The chosen id goes to *id; it is not
+ * accepted (call kvq_sampler_accept). */
 kvq_status kvq_sampler_sample(kvq_sampler *s, const float *logits, int32_t n_vocab,
                               int32_t *id);
 /* Records a token (prompt or generated) in the penalty history. */

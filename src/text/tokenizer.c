@@ -431,6 +431,10 @@ kvq_status kvq_tokenizer_create(const kvq_tokenizer_params *p, kvq_tokenizer **o
     return KVQ_OK;
 }
 
+int kvq_tokenizer_prepends_space(const kvq_tokenizer *t) {
+    return t->model == MODEL_SPM && t->add_space_prefix;
+}
+
 int32_t kvq_tokenizer_n_vocab(const kvq_tokenizer *t) { return t ? t->n_vocab : 0; }
 
 int32_t kvq_tokenizer_special_id(const kvq_tokenizer *t, kvq_special which) {
@@ -442,23 +446,29 @@ int kvq_tokenizer_is_eog(const kvq_tokenizer *t, int32_t id) {
     return t && id >= 0 && (id == t->ids[KVQ_SPECIAL_EOS] || id == t->ids[KVQ_SPECIAL_EOT]);
 }
 
+void kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, int special, const char **s,
+                         size_t *n) {
+    int ty = t->type[id];
+    if (special && (ty == KVQ_TOKEN_CONTROL || (ty == KVQ_TOKEN_UNKNOWN && t->model == MODEL_BPE))) {
+        *s = t->text + t->text_off[id];
+        *n = t->text_off[id + 1] - t->text_off[id];
+    } else {
+        *s = t->piece + t->piece_off[id];
+        *n = t->piece_off[id + 1] - t->piece_off[id];
+    }
+}
+
 kvq_status kvq_tokenizer_token_to_piece(const kvq_tokenizer *t, int32_t id, int special,
                                         char *buf, size_t capacity, size_t *n) {
     KVQ_RETURN_IF(!t || !n || (capacity > 0 && !buf), KVQ_ERR_INVALID_ARG,
                   "token_to_piece: NULL argument");
     KVQ_RETURN_IF(id < 0 || id >= t->n_vocab, KVQ_ERR_INVALID_ARG,
                   "token_to_piece: id %d out of range [0, %d)", id, t->n_vocab);
-    const char *s = t->piece + t->piece_off[id];
-    size_t len = t->piece_off[id + 1] - t->piece_off[id];
-    int ty = t->type[id];
-    if (special && (ty == KVQ_TOKEN_CONTROL || (ty == KVQ_TOKEN_UNKNOWN && t->model == MODEL_BPE))) {
-        s = t->text + t->text_off[id];
-        len = t->text_off[id + 1] - t->text_off[id];
-    }
-    *n = len;
-    KVQ_RETURN_IF(len > capacity, KVQ_ERR_RANGE, "token_to_piece: needs %zu bytes, have %zu",
-                  len, capacity);
-    memcpy(buf, s, len);
+    const char *s;
+    kvq_tokenizer_piece(t, id, special, &s, n);
+    KVQ_RETURN_IF(*n > capacity, KVQ_ERR_RANGE, "token_to_piece: needs %zu bytes, have %zu",
+                  *n, capacity);
+    memcpy(buf, s, *n);
     return KVQ_OK;
 }
 

@@ -29,4 +29,13 @@ int kvq_pretok_parse(const char *name);
 size_t kvq_pretok_split(kvq_pretok pre, const uint32_t *cp, const uint8_t *cls, size_t n,
                         uint32_t *ends, uint32_t *tmp);
 
+/* The bytes of token id (0 <= id < n_vocab), as kvq_tokenizer_token_to_piece
+ * gives them, without a copy: *s points into t. */
+void kvq_tokenizer_piece(const kvq_tokenizer *t, int32_t id, int special, const char **s,
+                         size_t *n);
+
+/* 1 if encode puts a space before the text that decoding gives back (SPM
+ * with add_space_prefix), so a detokenizer should drop it. */
+int kvq_tokenizer_prepends_space(const kvq_tokenizer *t);
+
 #endif
