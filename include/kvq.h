@@ -205,7 +205,8 @@ int32_t kvq_tokenizer_special_id(const kvq_tokenizer *t, kvq_special which);
 int kvq_tokenizer_is_eog(const kvq_tokenizer *t, int32_t id);
 
 /* Encodes text[0..len) (any bytes: ill-formed UTF-8 goes through the byte
- * tokens, so decoding gives the same bytes back). add_bos: 1 prepend bos,
+ * tokens, so decoding gives the same bytes back, except that "gpt2" drops a
+ * byte the vocabulary has no token for, as HF tokenizers and llama.cpp do). add_bos: 1 prepend bos,
  * 0 not, -1 the model's default. Writes up to capacity ids and sets *n_ids
  * to the number the text needs; if that exceeds capacity it returns
  * KVQ_ERR_RANGE (ids may be NULL with capacity 0 to ask for the size). */

@@ -395,7 +395,10 @@ static kvq_status build(kvq_tokenizer *t, const kvq_tokenizer_params *p) {
         }
         t->mrg_cap = 0;
     }
-    for (int b = 0; b < 256; b++)
+    // SPM falls back on unk for a byte without a <0xXX> token; byte-level
+    // BPE drops such a byte, as HF tokenizers (with no unk) and llama.cpp do:
+    // SmolLM2's vocabulary lacks 21 of the 256 byte tokens.
+    for (int b = 0; t->model == MODEL_SPM && b < 256; b++)
         KVQ_RETURN_IF(t->byte_tok[b] < 0 && unk < 0, KVQ_ERR_FORMAT,
                       "tokenizer: no token for byte 0x%02x and no unk token", b);
     KVQ_FORWARD(build_pieces(t));
@@ -604,9 +607,8 @@ static void bpe_try_pair(const kvq_tokenizer *t, scratch *s, size_t *nh, int32_t
 
 static kvq_status bpe_word(const kvq_tokenizer *t, scratch *s, const unsigned char *w, size_t n,
                            sink *o) {
-    int32_t unk = t->ids[KVQ_SPECIAL_UNK];
     if (n == 1) {
-        emit(o, t->byte_tok[w[0]] >= 0 ? t->byte_tok[w[0]] : unk);
+        if (t->byte_tok[w[0]] >= 0) emit(o, t->byte_tok[w[0]]);
         return KVQ_OK;
     }
     if (t->ignore_merges) {
@@ -621,14 +623,21 @@ static kvq_status bpe_word(const kvq_tokenizer *t, scratch *s, const unsigned ch
         }
     }
     KVQ_FORWARD(scratch_reserve(s, n));
+    // A byte without a token is dropped before merging, so its neighbours
+    // may merge across it (HF tokenizers' BPE with no unk token).
+    int32_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        s->sym[i] = t->byte_tok[w[i]];
-        s->prev[i] = (int32_t)i - 1;
-        s->next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+        if (t->byte_tok[w[i]] < 0) continue;
+        s->sym[m] = t->byte_tok[w[i]];
+        s->prev[m] = m - 1;
+        s->next[m] = m + 1;
+        m++;
     }
+    if (m == 0) return KVQ_OK;
+    s->next[m - 1] = -1;
     size_t nh = 0;
     if (t->mrg_cap > 0)
-        for (size_t i = 0; i + 1 < n; i++) bpe_try_pair(t, s, &nh, (int32_t)i);
+        for (int32_t i = 0; i + 1 < m; i++) bpe_try_pair(t, s, &nh, i);
     while (nh > 0) {
         struct heap_item it = heap_pop(s->heap, &nh);
         int32_t l = it.left, r = s->next[l];
@@ -642,7 +651,7 @@ static kvq_status bpe_word(const kvq_tokenizer *t, scratch *s, const unsigned ch
         if (s->prev[l] >= 0) bpe_try_pair(t, s, &nh, s->prev[l]);
         bpe_try_pair(t, s, &nh, l);
     }
-    for (int32_t i = 0; i >= 0; i = s->next[i]) emit(o, s->sym[i] >= 0 ? s->sym[i] : unk);
+    for (int32_t i = 0; i >= 0; i = s->next[i]) emit(o, s->sym[i]);
     return KVQ_OK;
 }
 
