@@ -31,6 +31,7 @@ struct kvq_tokenizer {
     uint32_t *mrg_rank;    // (mrg_cap)
     int32_t *mrg_res;      // (mrg_cap)
     size_t mrg_cap;
+    uint32_t byte_cp[256]; // GPT-2's byte -> code point map
     int32_t byte_tok[256]; // byte -> token (BPE: the mapped char; SPM: <0xXX>), -1 none
     int32_t *special;      // (n_special) matchable specials, longest text first
     int32_t n_special;
@@ -52,18 +53,12 @@ static void byte_map(uint32_t to_cp[256]) {
     }
 }
 
-/* The inverse on U+0000..U+0143; -1 for code points outside the map. */
-static int cp_to_byte(uint32_t cp) {
-    static int16_t inv[324];
-    static int ready;
-    if (!ready) {
-        uint32_t to_cp[256];
-        byte_map(to_cp);
-        for (int i = 0; i < 324; i++) inv[i] = -1;
-        for (int b = 0; b < 256; b++) inv[to_cp[b]] = (int16_t)b;
-        ready = 1;
-    }
-    return cp < 324 ? inv[cp] : -1;
+/* The inverse on U+0000..U+0143: inv[cp] is the byte, or -1. */
+static void byte_map_inverse(int16_t inv[324]) {
+    uint32_t to_cp[256];
+    byte_map(to_cp);
+    for (int i = 0; i < 324; i++) inv[i] = -1;
+    for (int b = 0; b < 256; b++) inv[to_cp[b]] = (int16_t)b;
 }
 
 /* ------------------------------------------------------------- hashing */
@@ -183,7 +178,7 @@ static int parse_byte_token(const char *s, size_t n) {
 
 /* What a token decodes to (CONTROL tokens and BPE UNKNOWN ones decode to
  * nothing; token_to_piece gives their text when asked for specials). */
-static size_t decode_token(const kvq_tokenizer *t, int32_t id, char *out) {
+static size_t decode_token(const kvq_tokenizer *t, const int16_t inv[324], int32_t id, char *out) {
     const char *s = t->text + t->text_off[id];
     size_t n = t->text_off[id + 1] - t->text_off[id];
     int type = t->type[id];
@@ -218,7 +213,7 @@ static size_t decode_token(const kvq_tokenizer *t, int32_t id, char *out) {
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         size_t l = kvq_utf8_decode((const unsigned char *)s + i, n - i, &cp);
-        int b = cp_to_byte(cp);
+        int b = cp < 324 ? inv[cp] : -1;
         if (b >= 0) {
             out[o++] = (char)b;
         } else {
@@ -235,10 +230,12 @@ static kvq_status build_pieces(kvq_tokenizer *t) {
     t->piece = malloc((size_t)t->text_off[t->n_vocab] + 3 * (size_t)t->n_vocab + 1);
     t->piece_off = malloc(sizeof(uint32_t) * ((size_t)t->n_vocab + 1));
     KVQ_RETURN_IF(!t->piece || !t->piece_off, KVQ_ERR_NOMEM, "tokenizer: out of memory");
+    int16_t inv[324];
+    byte_map_inverse(inv);
     uint32_t off = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         t->piece_off[i] = off;
-        off += (uint32_t)decode_token(t, i, t->piece + off);
+        off += (uint32_t)decode_token(t, inv, i, t->piece + off);
     }
     t->piece_off[t->n_vocab] = off;
     return KVQ_OK;
@@ -380,11 +377,10 @@ static kvq_status build(kvq_tokenizer *t, const kvq_tokenizer_params *p) {
 
     int32_t unk = p->unk_id;
     if (t->model == MODEL_BPE) {
-        uint32_t to_cp[256];
-        byte_map(to_cp);
+        byte_map(t->byte_cp);
         for (int b = 0; b < 256; b++) {
             char u[4];
-            t->byte_tok[b] = lookup(t, u, kvq_utf8_encode(to_cp[b], u));
+            t->byte_tok[b] = lookup(t, u, kvq_utf8_encode(t->byte_cp[b], u));
         }
         KVQ_FORWARD(build_merges(t, p));
     } else {
@@ -612,10 +608,8 @@ static kvq_status bpe_word(const kvq_tokenizer *t, scratch *s, const unsigned ch
         return KVQ_OK;
     }
     if (t->ignore_merges) {
-        uint32_t to_cp[256];
-        byte_map(to_cp);
         size_t m = 0;
-        for (size_t i = 0; i < n; i++) m += kvq_utf8_encode(to_cp[w[i]], s->buf + m);
+        for (size_t i = 0; i < n; i++) m += kvq_utf8_encode(t->byte_cp[w[i]], s->buf + m);
         int32_t id = lookup(t, s->buf, m);
         if (id >= 0) {
             emit(o, id);

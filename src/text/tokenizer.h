@@ -19,6 +19,11 @@ typedef enum kvq_pretok {
     KVQ_PRETOK_QWEN2 = 4     /* as LLAMA3 with \p{N} (one digit) for \p{N}{1,3} */
 } kvq_pretok;
 
+/* Known differences from the regexes as HF tokenizers (Oniguruma) runs them:
+ * (?i) folds ASCII only (Oniguruma would also let 'ſ' match 's'), and the
+ * classes are those of scripts/gen_unicode.py's Unicode version, so code
+ * points assigned later may be classed differently. */
+
 /* Parses a tokenizer.ggml.pre name (NULL = "default"); -1 if unknown. */
 int kvq_pretok_parse(const char *name);
 
