@@ -247,6 +247,139 @@ kvq_status kvq_attn_decode(const kvq_kv *kv, int layer, kvq_threadpool *pool, in
 kvq_status kvq_attn_prefill(const kvq_kv *kv, int layer, kvq_threadpool *pool, int n_q, int n_head,
                             const float *q, float *out);
 
+/* ---- tokenizer and sampling ---- */
+
+/* A tokenizer is built from the arrays a GGUF file holds under
+ * tokenizer.ggml.*; it is read-only afterwards, so one tokenizer may encode
+ * and decode on many threads at once.
+ *
+ * model "gpt2": byte-level BPE. pre (tokenizer.ggml.pre) picks the split
+ *   rules, as llama.cpp reads them: "gpt2", "smollm" (every digit alone,
+ *   then gpt2's rules), "llama-bpe" (Llama 3), "qwen2", or NULL/"default"
+ *   (llama.cpp's fallback for BPE files without a pre name).
+ * model "llama": SentencePiece with scores: spaces become U+2581, a space is
+ *   prepended (add_space_prefix), unknown characters fall back to the byte
+ *   tokens <0xXX> (or to unk_id when the byte token is missing). pre is
+ *   ignored.
+ * Special tokens (type CONTROL or UNKNOWN) are recognized in input text only
+ * when encode's parse_special is set; USER_DEFINED tokens always are (as in
+ * llama.cpp). Where several match at one position the longest wins. */
+typedef struct kvq_tokenizer kvq_tokenizer;
+
+/* GGUF's tokenizer.ggml.token_type values. */
+typedef enum kvq_token_type {
+    KVQ_TOKEN_UNDEFINED = 0,   /* read as NORMAL */
+    KVQ_TOKEN_NORMAL = 1,
+    KVQ_TOKEN_UNKNOWN = 2,
+    KVQ_TOKEN_CONTROL = 3,
+    KVQ_TOKEN_USER_DEFINED = 4,
+    KVQ_TOKEN_UNUSED = 5,
+    KVQ_TOKEN_BYTE = 6
+} kvq_token_type;
+
+typedef struct kvq_tokenizer_params {
+    const char *model;             /* "gpt2" or "llama" */
+    const char *pre;               /* see above; NULL = "default" */
+    int32_t n_vocab;
+    const char *const *tokens;     /* (n_vocab) UTF-8 texts */
+    const uint32_t *token_lens;    /* (n_vocab) byte lengths; NULL: tokens are NUL-terminated */
+    const int32_t *token_types;    /* (n_vocab) kvq_token_type; NULL: all NORMAL */
+    const float *scores;           /* (n_vocab); needed by "llama", ignored by "gpt2" */
+    int32_t n_merges;
+    const char *const *merges;     /* (n_merges) "left right", rank = index; "gpt2" only */
+    const uint32_t *merge_lens;    /* (n_merges) byte lengths; NULL: NUL-terminated */
+    int32_t bos_id, eos_id, eot_id, unk_id, pad_id;  /* -1 where absent */
+    int add_bos;                   /* the model's default for encode's add_bos < 0 */
+    int add_space_prefix;          /* -1: the model's default (1 for llama, 0 for gpt2) */
+} kvq_tokenizer_params;
+
+/* Validates everything (ids in range, types known, merges naming known
+ * tokens whose concatenation is a token, scores not NaN) and builds the
+ * lookup tables. KVQ_ERR_FORMAT with a message on bad data. */
+kvq_status kvq_tokenizer_create(const kvq_tokenizer_params *p, kvq_tokenizer **out);
+void kvq_tokenizer_free(kvq_tokenizer *t);
+
+int32_t kvq_tokenizer_n_vocab(const kvq_tokenizer *t);
+
+typedef enum kvq_special {
+    KVQ_SPECIAL_BOS = 0,
+    KVQ_SPECIAL_EOS = 1,
+    KVQ_SPECIAL_EOT = 2,
+    KVQ_SPECIAL_UNK = 3,
+    KVQ_SPECIAL_PAD = 4
+} kvq_special;
+
+/* The id of a special token, -1 if the vocabulary has none. */
+int32_t kvq_tokenizer_special_id(const kvq_tokenizer *t, kvq_special which);
+
+/* 1 for ids that end a generation (eos, eot). */
+int kvq_tokenizer_is_eog(const kvq_tokenizer *t, int32_t id);
+
+/* Encodes text[0..len) (any bytes: ill-formed UTF-8 goes through the byte
+ * tokens, so decoding gives the same bytes back, except that "gpt2" drops a
+ * byte the vocabulary has no token for, as HF tokenizers and llama.cpp do). add_bos: 1 prepend bos,
+ * 0 not, -1 the model's default. Writes up to capacity ids and sets *n_ids
+ * to the number the text needs; if that exceeds capacity it returns
+ * KVQ_ERR_RANGE (ids may be NULL with capacity 0 to ask for the size). */
+kvq_status kvq_tokenizer_encode(const kvq_tokenizer *t, const char *text, size_t len,
+                                int add_bos, int parse_special, int32_t *ids,
+                                size_t capacity, size_t *n_ids);
+
+/* The bytes of one token: its text with the model's encoding undone (byte
+ * level mapping, U+2581, <0xXX>). CONTROL tokens give their text only when
+ * special is set, else nothing. Sets *n to the length; KVQ_ERR_RANGE if it
+ * exceeds capacity. The bytes need not be valid UTF-8 alone. */
+kvq_status kvq_tokenizer_token_to_piece(const kvq_tokenizer *t, int32_t id, int special,
+                                        char *buf, size_t capacity, size_t *n);
+
+/* Streaming detokenizer for display: it emits only complete UTF-8. A
+ * multi-byte character split across tokens is held back until it completes;
+ * bytes that cannot start or continue a well-formed sequence are emitted as
+ * U+FFFD, one per maximal ill-formed part (as the Unicode standard
+ * recommends), and kvq_detok_flush turns a still-incomplete tail into one
+ * U+FFFD. So the output is always valid UTF-8; for the exact bytes, use
+ * kvq_tokenizer_token_to_piece. For "llama" tokenizers with a space prefix
+ * the space encode prepended to the text is dropped from the first piece. */
+typedef struct kvq_detok kvq_detok;
+
+kvq_status kvq_detok_create(const kvq_tokenizer *t, int special, kvq_detok **out);
+void kvq_detok_free(kvq_detok *d);
+/* Adds one token; *text and *len receive the UTF-8 now complete (valid until
+ * the next call on d; *len may be 0). */
+kvq_status kvq_detok_push(kvq_detok *d, int32_t id, const char **text, size_t *len);
+/* Ends the stream: returns what is left and resets d for a new one. */
+kvq_status kvq_detok_flush(kvq_detok *d, const char **text, size_t *len);
+
+/* Sampling with llama.cpp's semantics and names. Each step runs, in
+ * llama.cpp's default chain order: repeat penalty, top-k, top-p, min-p,
+ * temperature, then a draw from the softmax of what is left. temp <= 0 is
+ * greedy: the argmax after the penalty (lowest id on ties). */
+typedef struct kvq_sampler kvq_sampler;
+
+typedef struct kvq_sampler_params {
+    float temp;            /* <= 0: greedy */
+    int32_t top_k;         /* <= 0: off */
+    float top_p;           /* >= 1: off */
+    float min_p;           /* <= 0: off */
+    float repeat_penalty;  /* 1: off; positive logits divided, negative multiplied */
+    int32_t repeat_last_n; /* accepted tokens the penalty looks back on; 0: off */
+    uint64_t seed;         /* same seed, same logits -> same choices */
+} kvq_sampler_params;
+
+/* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05,
+ * repeat_penalty 1.0, repeat_last_n 64, seed 0. */
+kvq_sampler_params kvq_sampler_default_params(void);
+
+kvq_status kvq_sampler_create(const kvq_sampler_params *p, kvq_sampler **out);
+void kvq_sampler_free(kvq_sampler *s);
+/* logits: (n_vocab) floats, not modified. -Inf masks a token; NaN, +Inf or
+ * all -Inf give KVQ_ERR_NONFINITE. The chosen id goes to *id; it is not
+ * accepted (call kvq_sampler_accept). */
+kvq_status kvq_sampler_sample(kvq_sampler *s, const float *logits, int32_t n_vocab,
+                              int32_t *id);
+/* Records a token (prompt or generated) in the penalty history. */
+void kvq_sampler_accept(kvq_sampler *s, int32_t id);
+
 /* ---- model and inference context ---- */
 
 /* A model loaded from a GGUF file (llama, qwen2, qwen3 architectures). The
@@ -266,6 +399,9 @@ void kvq_model_free(kvq_model *m);
 void kvq_model_get_info(const kvq_model *m, kvq_model_info *info);
 /* The model's GGUF file, for metadata lookups. */
 const kvq_gguf *kvq_model_gguf(const kvq_model *m);
+/* The model's tokenizer, built from its tokenizer.ggml.* metadata; the
+ * caller frees it with kvq_tokenizer_free. */
+kvq_status kvq_model_tokenizer(const kvq_model *m, kvq_tokenizer **out);
 
 /* KV cache presets (--kv NAME): sugar for a K/V codec pair. Every codec
  * name is a preset with K = V; the named ones: k8v4 (q8_0 K, q4_0 V),
