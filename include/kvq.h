@@ -403,6 +403,20 @@ const kvq_gguf *kvq_model_gguf(const kvq_model *m);
  * caller frees it with kvq_tokenizer_free. */
 kvq_status kvq_model_tokenizer(const kvq_model *m, kvq_tokenizer **out);
 
+/* Chat: formats messages with the model's chat template. kvq recognizes
+ * template families (ChatML today) rather than running Jinja; an unknown
+ * template is KVQ_ERR_UNSUPPORTED with a message. When the first message is
+ * not a system message and the template has a default system prompt, it is
+ * inserted. add_assistant appends the header that starts the reply. Writes
+ * a NUL-terminated string; *len gets its length without the NUL. If it does
+ * not fit in cap bytes: KVQ_ERR_RANGE, *len still says how long it is. */
+typedef struct kvq_chat_msg {
+    const char *role;     /* "system", "user", "assistant" */
+    const char *content;
+} kvq_chat_msg;
+kvq_status kvq_chat_apply(const kvq_model *m, const kvq_chat_msg *msgs, int n_msgs, int add_assistant, char *buf,
+                          size_t cap, size_t *len);
+
 /* KV cache presets (--kv NAME): sugar for a K/V codec pair. Every codec
  * name is a preset with K = V; the named ones: k8v4 (q8_0 K, q4_0 V),
  * k_iso3/k_iso4/k_rotor3/k_rotor4 (that K, f16 V), iso3_sym/iso4_sym/
