@@ -120,10 +120,15 @@ void kvq_wquantize_x_ref(const float *x, int64_t n, int8_t *q, float *d, float *
 }
 
 kvq_wxq kvq_wtype_prep_x(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, void *scratch) {
+    return kvq_wtype_prep_x_range(isa, x, n_tok, n, 0, n_tok, scratch);
+}
+
+kvq_wxq kvq_wtype_prep_x_range(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, int64_t t0,
+                               int64_t t1, void *scratch) {
     int8_t *q = scratch;                          // (n_tok, n)
     float *d = (float *)(q + n_tok * n);          // (n_tok, n / 32)
     float *s = d + n_tok * (n / 32);              // (n_tok, n / 32)
-    for (int64_t i = 0; i < n_tok; i++) {
+    for (int64_t i = t0; i < t1; i++) {
         int8_t *qi = q + i * n;
         float *di = d + i * (n / 32), *si = s + i * (n / 32);
 #if KVQ_HAVE_X86

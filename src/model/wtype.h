@@ -125,6 +125,12 @@ static inline size_t kvq_wtype_prep_bytes(int64_t n_tok, int64_t n) {
  * view the _q kernels take. Every ISA gives the reference's bits. */
 kvq_wxq kvq_wtype_prep_x(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, void *scratch);
 
+/* The same, writing only tokens [t0, t1) (x still the whole (n_tok, n)),
+ * so threads can share the quantization of many tokens; the returned view
+ * covers all n_tok tokens. */
+kvq_wxq kvq_wtype_prep_x_range(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, int64_t t0,
+                               int64_t t1, void *scratch);
+
 /* Reference dequantization of one row of n values (the oracle's entry point,
  * kept simple for ctypes). KVQ_ERR_INVALID_ARG for an unknown type, NULL
  * pointers or n not a positive multiple of the block size. */

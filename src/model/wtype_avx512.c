@@ -413,6 +413,7 @@ KVQ_TARGET_AVX512 static inline __m512 reduce16(const __m512 v[16]) {
 #define QR 4
 #define QT 4
 #define QKC 2048
+#define QTB 128
 
 typedef struct {
     _Alignas(64) uint8_t u[QR][QKC];        // (rows, chunk) codes
@@ -486,37 +487,42 @@ KVQ_TARGET_AVX512VNNI void kvq_wmatmul_q_avx512vnni(const kvq_wtype_traits *t, c
                                                     int64_t r1, float *y, int64_t ldy) {
     mmq_tile tile_buf; // one row tile's converted weights
     mmq_tile *tl = &tile_buf;
-    for (int64_t rb = r0; rb < r1; rb += QR) {
-        const int nr = r1 - rb < QR ? (int)(r1 - rb) : QR;
-        for (int64_t k0 = 0; k0 < n; k0 += QKC) {
-            const int64_t nb = (n - k0 < QKC ? n - k0 : QKC) / 32;
-            const uint8_t *rows[QR];
-            /* Edge tiles repeat the last row and drop its results. */
-            for (int a = 0; a < QR; a++)
-                rows[a] = (const uint8_t *)w + (size_t)(rb + (a < nr ? a : nr - 1)) * row_bytes +
-                          (size_t)(k0 / 32) * t->block_bytes;
-            switch (t->type) {
-            case KVQ_WTYPE_Q4_0: mmq_pack_Q4_0(rows, nb, tl); break;
-            case KVQ_WTYPE_Q4_1: mmq_pack_Q4_1(rows, nb, tl); break;
-            case KVQ_WTYPE_Q5_0: mmq_pack_Q5_0(rows, nb, tl); break;
-            case KVQ_WTYPE_Q5_1: mmq_pack_Q5_1(rows, nb, tl); break;
-            case KVQ_WTYPE_Q8_0: mmq_pack_Q8_0(rows, nb, tl); break;
-            }
-            for (int64_t i = 0; i < n_tok; i += QT) {
-                const int nt = n_tok - i < QT ? (int)(n_tok - i) : QT;
-                const int8_t *q[QT];
-                const float *d[QT], *s[QT];
-                for (int b = 0; b < QT; b++) {
-                    const int64_t tok = i + (b < nt ? b : nt - 1);
-                    q[b] = xq->q + tok * n + k0;
-                    d[b] = xq->d + tok * (n / 32) + k0 / 32;
-                    s[b] = xq->s + tok * (n / 32) + k0 / 32;
+    /* Token blocks keep the prepared x they read (QTB tokens) in L2 while
+     * every row tile passes; converting a tile again per block is cheap. */
+    for (int64_t tb = 0; tb < n_tok; tb += QTB) {
+        const int64_t te = n_tok - tb < QTB ? n_tok : tb + QTB;
+        for (int64_t rb = r0; rb < r1; rb += QR) {
+            const int nr = r1 - rb < QR ? (int)(r1 - rb) : QR;
+            for (int64_t k0 = 0; k0 < n; k0 += QKC) {
+                const int64_t nb = (n - k0 < QKC ? n - k0 : QKC) / 32;
+                const uint8_t *rows[QR];
+                /* Edge tiles repeat the last row and drop its results. */
+                for (int a = 0; a < QR; a++)
+                    rows[a] = (const uint8_t *)w + (size_t)(rb + (a < nr ? a : nr - 1)) * row_bytes +
+                              (size_t)(k0 / 32) * t->block_bytes;
+                switch (t->type) {
+                case KVQ_WTYPE_Q4_0: mmq_pack_Q4_0(rows, nb, tl); break;
+                case KVQ_WTYPE_Q4_1: mmq_pack_Q4_1(rows, nb, tl); break;
+                case KVQ_WTYPE_Q5_0: mmq_pack_Q5_0(rows, nb, tl); break;
+                case KVQ_WTYPE_Q5_1: mmq_pack_Q5_1(rows, nb, tl); break;
+                case KVQ_WTYPE_Q8_0: mmq_pack_Q8_0(rows, nb, tl); break;
                 }
-                float out[QR][QT];
-                mmq_tile_dot(tl, nb, q, d, s, out);
-                for (int b = 0; b < nt; b++) {
-                    float *yr = y + (i + b) * ldy + rb;
-                    for (int a = 0; a < nr; a++) yr[a] = k0 == 0 ? out[a][b] : yr[a] + out[a][b];
+                for (int64_t i = tb; i < te; i += QT) {
+                    const int nt = te - i < QT ? (int)(te - i) : QT;
+                    const int8_t *q[QT];
+                    const float *d[QT], *s[QT];
+                    for (int b = 0; b < QT; b++) {
+                        const int64_t tok = i + (b < nt ? b : nt - 1);
+                        q[b] = xq->q + tok * n + k0;
+                        d[b] = xq->d + tok * (n / 32) + k0 / 32;
+                        s[b] = xq->s + tok * (n / 32) + k0 / 32;
+                    }
+                    float out[QR][QT];
+                    mmq_tile_dot(tl, nb, q, d, s, out);
+                    for (int b = 0; b < nt; b++) {
+                        float *yr = y + (i + b) * ldy + rb;
+                        for (int a = 0; a < nr; a++) yr[a] = k0 == 0 ? out[a][b] : yr[a] + out[a][b];
+                    }
                 }
             }
         }
