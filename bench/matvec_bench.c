@@ -4,7 +4,11 @@
  * For each shape: "hot" repeats one matrix (cache-resident when small);
  * "stream" cycles through copies totalling >= 256 MB, as a forward pass does.
  * Then a SmolLM2-135M-shaped decode step (30 layers of q,k,v,o,gate,up,down
- * + the 49152x576 output) on 1 and 2 threads gives the matvec-bound tokens/s.
+ * + the 49152x576 output) on 1 and 2 threads gives the matvec-bound tokens/s,
+ * for the type alone and for the default model's mix (q4_1 layers, q8_0
+ * output). Last, prompt processing: the 30 layers' matmuls over 512 tokens
+ * (x prepared once per matmul, tokens split between the threads, then rows
+ * split) on 1 and 2 threads.
  * Usage: build/matvec-bench [type-name] (default q4_1). */
 #include <pthread.h>
 #include <sched.h>
@@ -16,6 +20,14 @@
 
 #include "common/rng.h"
 #include "model/wtype.h"
+
+/* CPU seconds of the whole process: on a shared machine, wall time over
+ * threads counts time the scheduler gave to others; CPU time does not. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static double now(void) {
     struct timespec ts;
@@ -92,7 +104,7 @@ static const shape layer_shapes[N_MAT] = {{576, 576}, {192, 576}, {192, 576}, {5
 static const shape out_shape = {49152, 576};
 
 typedef struct {
-    const kvq_wtype_traits *t;
+    const kvq_wtype_traits *t, *out_t; /* layers, output matrix */
     kvq_isa isa;
     uint8_t *w;
     const float *x;
@@ -117,11 +129,11 @@ static void barrier(model_run *m, int *gen) {
         if (spins > 2000) sched_yield();
 }
 
-static void matvec_part(model_run *m, int id, const uint8_t *w, shape s) {
-    const size_t rb = kvq_wtype_row_bytes(m->t, s.n);
+static void matvec_part(model_run *m, const kvq_wtype_traits *t, int id, const uint8_t *w, shape s) {
+    const size_t rb = kvq_wtype_row_bytes(t, s.n);
     const int64_t per = (s.rows + m->n_threads - 1) / m->n_threads;
     const int64_t r0 = per * id, r1 = r0 + per < s.rows ? r0 + per : s.rows;
-    if (r0 < r1) m->t->matvec[m->isa](m->t, w, rb, m->x, s.n, r0, r1, m->y + r0);
+    if (r0 < r1) t->matvec[m->isa](t, w, rb, m->x, s.n, r0, r1, m->y + r0);
 }
 
 static void *model_worker(void *p) {
@@ -132,22 +144,22 @@ static void *model_worker(void *p) {
         const uint8_t *w = m->w;
         for (int l = 0; l < N_LAYERS; l++) {
             for (int j = 0; j < N_MAT; j++) {
-                matvec_part(m, a->id, w, layer_shapes[j]);
+                matvec_part(m, m->t, a->id, w, layer_shapes[j]);
                 w += kvq_wtype_row_bytes(m->t, layer_shapes[j].n) * (size_t)layer_shapes[j].rows;
                 barrier(m, &gen);
             }
         }
-        matvec_part(m, a->id, w, out_shape);
+        matvec_part(m, m->out_t, a->id, w, out_shape);
         barrier(m, &gen);
     }
     return NULL;
 }
 
-static void bench_model(const kvq_wtype_traits *t, kvq_isa isa, int n_threads) {
-    size_t bytes = kvq_wtype_row_bytes(t, out_shape.n) * (size_t)out_shape.rows;
+static void bench_model(const kvq_wtype_traits *t, const kvq_wtype_traits *out_t, kvq_isa isa, int n_threads) {
+    size_t bytes = kvq_wtype_row_bytes(out_t, out_shape.n) * (size_t)out_shape.rows;
     for (int j = 0; j < N_MAT; j++)
         bytes += N_LAYERS * kvq_wtype_row_bytes(t, layer_shapes[j].n) * (size_t)layer_shapes[j].rows;
-    model_run m = {.t = t, .isa = isa, .n_threads = n_threads, .steps = 20};
+    model_run m = {.t = t, .out_t = out_t, .isa = isa, .n_threads = n_threads, .steps = 20};
     m.w = kvq_alloc_aligned(bytes);
     float *x = kvq_alloc_aligned(sizeof(float) * 1536);
     m.y = kvq_alloc_aligned(sizeof(float) * (size_t)out_shape.rows);
@@ -156,18 +168,89 @@ static void bench_model(const kvq_wtype_traits *t, kvq_isa isa, int n_threads) {
     m.x = x;
     pthread_t th[2];
     worker_arg args[2];
-    const double t0 = now();
+    const double t0 = now(), c0 = cpu_now();
     for (int i = 0; i < n_threads; i++) {
         args[i] = (worker_arg){&m, i};
         pthread_create(&th[i], NULL, model_worker, &args[i]);
     }
     for (int i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
-    const double dt = (now() - t0) / m.steps;
-    printf("%-6s %-6s SmolLM2-135M decode matvecs, %d thread%s: %.1f MB/token, %.2f ms/token, "
-           "%.0f tokens/s, %.2f GB/s\n",
-           t->name, kvq_isa_name(isa), n_threads, n_threads > 1 ? "s" : "", (double)bytes / 1e6,
-           dt * 1e3, 1 / dt, (double)bytes / dt / 1e9);
+    const double dt = (now() - t0) / m.steps, dc = (cpu_now() - c0) / m.steps / n_threads;
+    printf("%-6s %-6s SmolLM2-135M decode matvecs (output %s), %d thread%s: %.1f MB/token, %.2f ms/token, "
+           "%.0f tokens/s, %.2f GB/s (per CPU time: %.0f tokens/s)\n",
+           t->name, kvq_isa_name(isa), out_t->name, n_threads, n_threads > 1 ? "s" : "", (double)bytes / 1e6,
+           dt * 1e3, 1 / dt, (double)bytes / dt / 1e9, 1 / dc);
     kvq_free_aligned(m.w), kvq_free_aligned(x), kvq_free_aligned(m.y);
+}
+
+/* Prompt processing: every layer matrix as a matmul over PP_TOK tokens. */
+enum { PP_TOK = 512 };
+
+typedef struct {
+    model_run *m;
+    const float *x;  /* (PP_TOK, 1536) activations */
+    uint8_t *xq_buf; /* prepared activations */
+    float *y;        /* (PP_TOK, 1536) */
+} prefill_run;
+
+typedef struct {
+    prefill_run *p;
+    int id;
+} prefill_arg;
+
+static void *prefill_worker(void *arg) {
+    prefill_arg *a = arg;
+    prefill_run *p = a->p;
+    model_run *m = p->m;
+    int gen = 0;
+    const uint8_t *w = m->w;
+    for (int l = 0; l < N_LAYERS; l++) {
+        for (int j = 0; j < N_MAT; j++) {
+            const shape s = layer_shapes[j];
+            /* Each thread quantizes its share of the tokens into the one
+             * prepared buffer, then every thread reads all of it. */
+            const int64_t per = (PP_TOK + m->n_threads - 1) / m->n_threads;
+            const int64_t t0 = per * a->id, t1 = t0 + per < PP_TOK ? t0 + per : PP_TOK;
+            const kvq_wxq all = kvq_wtype_prep_x_range(m->isa, p->x, PP_TOK, s.n, t0, t1, p->xq_buf);
+            barrier(m, &gen);
+            const size_t rb = kvq_wtype_row_bytes(m->t, s.n);
+            const int64_t rper = (s.rows + m->n_threads - 1) / m->n_threads;
+            const int64_t r0 = rper * a->id, r1 = r0 + rper < s.rows ? r0 + rper : s.rows;
+            if (r0 < r1) m->t->matmul_q[m->isa](m->t, w, rb, &all, PP_TOK, s.n, r0, r1, p->y, s.rows);
+            w += rb * (size_t)s.rows;
+            barrier(m, &gen);
+        }
+    }
+    return NULL;
+}
+
+static void bench_prefill(const kvq_wtype_traits *t, kvq_isa isa, int n_threads) {
+    size_t bytes = 0;
+    for (int j = 0; j < N_MAT; j++)
+        bytes += N_LAYERS * kvq_wtype_row_bytes(t, layer_shapes[j].n) * (size_t)layer_shapes[j].rows;
+    model_run m = {.t = t, .isa = isa, .n_threads = n_threads};
+    m.w = kvq_alloc_aligned(bytes);
+    fill(m.w, bytes, 3);
+    prefill_run p = {.m = &m};
+    float *x = kvq_alloc_aligned(sizeof(float) * PP_TOK * 1536);
+    uint64_t seed = 9;
+    for (int64_t k = 0; k < PP_TOK * 1536; k++) x[k] = (float)kvq_rng_uniform(&seed) - 0.5f;
+    p.x = x;
+    p.xq_buf = kvq_alloc_aligned(kvq_wtype_prep_bytes(PP_TOK, 1536));
+    p.y = kvq_alloc_aligned(sizeof(float) * PP_TOK * 1536);
+    pthread_t th[2];
+    prefill_arg args[2];
+    const double t0 = now(), c0 = cpu_now();
+    for (int i = 0; i < n_threads; i++) {
+        args[i] = (prefill_arg){&p, i};
+        pthread_create(&th[i], NULL, prefill_worker, &args[i]);
+    }
+    for (int i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
+    const double dt = now() - t0, dc = (cpu_now() - c0) / n_threads;
+    printf("%-6s %-6s SmolLM2-135M prefill layer matmuls, %d tokens, %d thread%s: %.1f ms, %.0f tokens/s "
+           "(per CPU time: %.0f tokens/s)\n",
+           t->name, kvq_isa_name(isa), PP_TOK, n_threads, n_threads > 1 ? "s" : "", dt * 1e3, PP_TOK / dt,
+           PP_TOK / dc);
+    kvq_free_aligned(m.w), kvq_free_aligned(x), kvq_free_aligned(p.xq_buf), kvq_free_aligned(p.y);
 }
 
 int main(int argc, char **argv) {
@@ -188,7 +271,13 @@ int main(int argc, char **argv) {
             bench_shape(t, (kvq_isa)isa, shapes[i], bw);
         }
     }
-    if (kvq_wtype_check_n(t, 576) == KVQ_OK)
-        for (int th = 1; th <= 2; th++) bench_model(t, kvq_isa_default(), th);
+    if (kvq_wtype_check_n(t, 576) == KVQ_OK) {
+        const kvq_wtype_traits *q8 = kvq_wtype_find(KVQ_WTYPE_Q8_0);
+        for (int th = 1; th <= 2; th++) bench_model(t, t, kvq_isa_default(), th);
+        if (t != q8)
+            for (int th = 1; th <= 2; th++) bench_model(t, q8, kvq_isa_default(), th);
+        if (t->matmul_q[0])
+            for (int th = 1; th <= 2; th++) bench_prefill(t, kvq_isa_default(), th);
+    }
     return 0;
 }

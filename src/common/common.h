@@ -29,9 +29,16 @@ kvq_status kvq_fail(kvq_status s, const char *fmt, ...)
 #define KVQ_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define KVQ_TARGET_AVX512 \
     __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
+/* The AVX-512 set plus VNNI (vpdpbusd); only behind kvq_cpu_has_vnni(). */
+#define KVQ_TARGET_AVX512VNNI \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #else
 #define KVQ_HAVE_X86 0
 #endif
+
+/* 1 if the AVX-512 path may use AVX512-VNNI (CPUID.7.0:ECX bit 11), not
+ * part of kvq_isa: KVQ_ISA=avx512 means the AVX-512 path either way. */
+int kvq_cpu_has_vnni(void);
 
 #define KVQ_ALWAYS_INLINE inline __attribute__((always_inline))
 #define KVQ_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

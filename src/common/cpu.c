@@ -29,9 +29,22 @@ static kvq_isa detect(void) {
     if (os_zmm && avx512f && avx512dq && avx512bw && avx512vl) return KVQ_ISA_AVX512;
     return KVQ_ISA_AVX2;
 }
+
+static int detect_vnni(void) {
+    unsigned a, b, c, d;
+    if (detect() != KVQ_ISA_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    return (c >> 11) & 1;
+}
 #else
 static kvq_isa detect(void) { return KVQ_ISA_REF; }
+static int detect_vnni(void) { return 0; }
 #endif
+
+int kvq_cpu_has_vnni(void) {
+    static volatile int cached = -1;
+    if (cached < 0) cached = detect_vnni();
+    return cached;
+}
 
 kvq_isa kvq_isa_detected(void) {
     /* Racing first calls compute the same value; the store is idempotent. */

@@ -2,6 +2,8 @@
  * reference matvec / matmul. */
 #include "model/wtype.h"
 
+#include <math.h>
+
 #include "model/wtype_blocks.h"
 
 #define KVQ_WTYPE(ID, ggml_id, name, bs, bytes)                                        \
@@ -15,10 +17,17 @@
 #if KVQ_HAVE_X86
 #define KVQ_WSLOTS(ID, kind) {kvq_##kind##_##ID##_ref, kvq_##kind##_##ID##_avx2, kvq_##kind##_##ID##_avx512}
 #define KVQ_WKERNELS(kind) {kvq_##kind##_ref, kvq_##kind##_avx2, kvq_##kind##_avx512}
+#define KVQ_WQKERNELS(kind) {kvq_##kind##_q_ref, kvq_##kind##_q_avx2, kvq_##kind##_q_avx512}
 #else
 #define KVQ_WSLOTS(ID, kind) {kvq_##kind##_##ID##_ref, kvq_##kind##_##ID##_ref, kvq_##kind##_##ID##_ref}
 #define KVQ_WKERNELS(kind) {kvq_##kind##_ref, kvq_##kind##_ref, kvq_##kind##_ref}
+#define KVQ_WQKERNELS(kind) {kvq_##kind##_q_ref, kvq_##kind##_q_ref, kvq_##kind##_q_ref}
 #endif
+/* The integer route serves the 32-value block types. */
+#define KVQ_WQ_SLOTS(bs, kind) .kind##_q = KVQ_WQKERNELS_IF_##bs(kind)
+#define KVQ_WQKERNELS_IF_1(kind) {NULL}
+#define KVQ_WQKERNELS_IF_32(kind) KVQ_WQKERNELS(w##kind)
+#define KVQ_WQKERNELS_IF_256(kind) {NULL}
 
 static const kvq_wtype_traits table[] = {
 #define KVQ_WTYPE(ID, ggml_id, nm, bs, bytes)                                          \
@@ -29,7 +38,9 @@ static const kvq_wtype_traits table[] = {
      .dequant = kvq_wdequant_##ID##_ref,                                               \
      .dequant_isa = KVQ_WSLOTS(ID, wdequant),                                          \
      .matvec = KVQ_WKERNELS(wmatvec),                                                  \
-     .matmul = KVQ_WKERNELS(wmatmul)},
+     .matmul = KVQ_WKERNELS(wmatmul),                                                  \
+     KVQ_WQ_SLOTS(bs, matvec),                                                         \
+     KVQ_WQ_SLOTS(bs, matmul)},
 #include "model/wtypes.def"
 #undef KVQ_WTYPE
 };
@@ -87,4 +98,129 @@ void kvq_wmatmul_ref(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                      int64_t n_tok, int64_t n, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     for (int64_t i = 0; i < n_tok; i++)
         kvq_wmatvec_ref(t, w, row_bytes, x + i * n, n, r0, r1, y + i * ldy + r0);
+}
+
+void kvq_wquantize_x_ref(const float *x, int64_t n, int8_t *q, float *d, float *s) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        /* ggml's q8_0 scale; nearbyintf rounds half to even like the SIMD
+         * paths, so every ISA produces these bits. */
+        const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            const int v = (int)nearbyintf(xb[j] * id);
+            q[32 * b + j] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = db;
+        s[b] = db * (float)sum;
+    }
+}
+
+kvq_wxq kvq_wtype_prep_x(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, void *scratch) {
+    return kvq_wtype_prep_x_range(isa, x, n_tok, n, 0, n_tok, scratch);
+}
+
+kvq_wxq kvq_wtype_prep_x_range(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, int64_t t0,
+                               int64_t t1, void *scratch) {
+    int8_t *q = scratch;                          // (n_tok, n)
+    float *d = (float *)(q + n_tok * n);          // (n_tok, n / 32)
+    float *s = d + n_tok * (n / 32);              // (n_tok, n / 32)
+    for (int64_t i = t0; i < t1; i++) {
+        int8_t *qi = q + i * n;
+        float *di = d + i * (n / 32), *si = s + i * (n / 32);
+#if KVQ_HAVE_X86
+        if (isa == KVQ_ISA_AVX512) kvq_wquantize_x_avx512(x + i * n, n, qi, di, si);
+        else if (isa == KVQ_ISA_AVX2) kvq_wquantize_x_avx2(x + i * n, n, qi, di, si);
+        else kvq_wquantize_x_ref(x + i * n, n, qi, di, si);
+#else
+        kvq_wquantize_x_ref(x + i * n, n, qi, di, si);
+#endif
+    }
+    return (kvq_wxq){q, d, s};
+}
+
+void kvq_wmatvec_q_ref(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wxq *xq,
+                       int64_t n, int64_t r0, int64_t r1, float *y) {
+    float wb[32]; // (32) one dequantized block
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)r * row_bytes;
+        double acc = 0;
+        for (int64_t b = 0; b < n / 32; b++) {
+            t->dequant(row + (size_t)b * t->block_bytes, wb, 1);
+            double ab = 0;
+            for (int j = 0; j < 32; j++) ab += (double)wb[j] * xq->q[32 * b + j];
+            acc += ab * xq->d[b];
+        }
+        y[r - r0] = (float)acc;
+    }
+}
+
+/* Token i of prepared activations of row length n. */
+static kvq_wxq xq_token(const kvq_wxq *xq, int64_t i, int64_t n) {
+    return (kvq_wxq){xq->q + i * n, xq->d + i * (n / 32), xq->s + i * (n / 32)};
+}
+
+void kvq_wmatmul_q_ref(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wxq *xq,
+                       int64_t n_tok, int64_t n, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    for (int64_t i = 0; i < n_tok; i++) {
+        const kvq_wxq xi = xq_token(xq, i, n);
+        kvq_wmatvec_q_ref(t, w, row_bytes, &xi, n, r0, r1, y + i * ldy + r0);
+    }
+}
+
+void kvq_wmatmul_q_by_rows(const kvq_wtype_traits *t, kvq_wmatvec_q_fn mv, const void *w,
+                           size_t row_bytes, const kvq_wxq *xq, int64_t n_tok, int64_t n,
+                           int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    /* Row slabs small enough to stay in L1 while every token passes. */
+    const int64_t slab = 16;
+    for (int64_t rb = r0; rb < r1; rb += slab) {
+        const int64_t re = r1 - rb < slab ? r1 : rb + slab;
+        for (int64_t i = 0; i < n_tok; i++) {
+            const kvq_wxq xi = xq_token(xq, i, n);
+            mv(t, w, row_bytes, &xi, n, rb, re, y + i * ldy + rb);
+        }
+    }
+}
+
+/* Stack budget of the float-x wrappers: values of x quantized at once. */
+#define KVQ_WVIA_VALUES 16384
+
+void kvq_wmatvec_via_q(const kvq_wtype_traits *t, kvq_isa isa, const void *w, size_t row_bytes,
+                       const float *x, int64_t n, int64_t r0, int64_t r1, float *y) {
+    _Alignas(64) uint8_t scratch[KVQ_WVIA_VALUES * 5 / 4]; // prepared x chunk (q, d, s)
+    float part[64];                                       // (64 rows) one chunk's partial sums
+    for (int64_t k0 = 0; k0 < n; k0 += KVQ_WVIA_VALUES) {
+        const int64_t len = n - k0 < KVQ_WVIA_VALUES ? n - k0 : KVQ_WVIA_VALUES;
+        const kvq_wxq xq = kvq_wtype_prep_x(isa, x + k0, 1, len, scratch);
+        const uint8_t *wk = (const uint8_t *)w + (size_t)(k0 / 32) * t->block_bytes;
+        if (k0 == 0) {
+            t->matvec_q[isa](t, wk, row_bytes, &xq, len, r0, r1, y);
+            continue;
+        }
+        for (int64_t rb = r0; rb < r1; rb += 64) {
+            const int64_t re = r1 - rb < 64 ? r1 : rb + 64;
+            t->matvec_q[isa](t, wk, row_bytes, &xq, len, rb, re, part);
+            for (int64_t r = rb; r < re; r++) y[r - r0] += part[r - rb];
+        }
+    }
+}
+
+void kvq_wmatmul_via_q(const kvq_wtype_traits *t, kvq_isa isa, const void *w, size_t row_bytes,
+                       const float *x, int64_t n_tok, int64_t n, int64_t r0, int64_t r1,
+                       float *y, int64_t ldy) {
+    if (n > KVQ_WVIA_VALUES) {
+        for (int64_t i = 0; i < n_tok; i++)
+            kvq_wmatvec_via_q(t, isa, w, row_bytes, x + i * n, n, r0, r1, y + i * ldy + r0);
+        return;
+    }
+    _Alignas(64) uint8_t scratch[KVQ_WVIA_VALUES * 5 / 4]; // prepared x tokens (q, d, s)
+    const int64_t tile = KVQ_WVIA_VALUES / n;
+    for (int64_t i = 0; i < n_tok; i += tile) {
+        const int64_t nt = n_tok - i < tile ? n_tok - i : tile;
+        const kvq_wxq xq = kvq_wtype_prep_x(isa, x + i * n, nt, n, scratch);
+        t->matmul_q[isa](t, w, row_bytes, &xq, nt, n, r0, r1, y + i * ldy, ldy);
+    }
 }

@@ -4,19 +4,35 @@
  * the table. A weight matrix is stored as rows of n values of one type, each
  * row n / block_size blocks (row_bytes = n / block_size * block_bytes).
  *
- * Kernels take the activations x as plain floats: there is nothing to
- * prepare per matvec, so the caller splits the rows [0, rows) into ranges
- * and runs them on its own threads with the same x. Kernels never allocate,
- * never fail and create no threads; the caller validates shapes once with
- * kvq_wtype_check_n().
+ * Two routes, picked per type:
+ * - float x (F32, F16, BF16): the kernels read x as floats.
+ * - integer x (the 32-value block types Q4_0 Q4_1 Q5_0 Q5_1 Q8_0): x is
+ *   first quantized like ggml's q8_0 activations (int8 blocks of 32 with a
+ *   float scale, plus the block's sum for the min/offset terms) and the
+ *   kernels take dot products of integer codes (vpdpbusd / vpmaddubsw), one
+ *   float multiply per block. t->matvec_q / t->matmul_q are set for these
+ *   types (NULL otherwise); the caller prepares x once with
+ *   kvq_wtype_prep_x() and every thread runs its row range on the same
+ *   prepared x. t->matvec / t->matmul (float x) keep working for every
+ *   type: for integer-route types they quantize x themselves, in chunks on
+ *   the stack, so each call (each thread) pays that small cost again.
+ * Kernels never allocate, never fail and create no threads; the caller
+ * validates shapes once with kvq_wtype_check_n().
  *
- * Numerics. The reference kernels dequantize with the ggml-exact block
- * bodies and accumulate each dot product in double, so they are the true
- * product of the stored weights with x up to one final rounding to float.
- * The AVX2 / AVX-512 kernels dequantize the same floats (bit-exact) and
- * accumulate in float with FMA in several partial sums; their documented
- * error bound (checked by tests/unit/test_wtype.c) is
- *     |y - y_ref| <= 1e-6 * sum_k |W[r,k] x[k]|   (n <= 16384).
+ * Numerics. The reference float-x kernels dequantize with the ggml-exact
+ * block bodies and accumulate each dot product in double, so they are the
+ * true product of the stored weights with x up to one final rounding. The
+ * SIMD float-x kernels of float types dequantize the same floats and
+ * accumulate in float with FMA; the SIMD integer kernels are exact in
+ * their integer dot products and round once per block. Both satisfy
+ * (checked by tests/unit/test_wtype.c), against the reference run on the
+ * same input (x, or the prepared x^ = d * q):
+ *     |y - y_ref| <= 4e-6 * sum_k |W[r,k]| |x[k]|   (n <= 16384).
+ * The integer route's x^ differs from x by at most d / 2 per value, d =
+ * max |x| of the block / 127, so for it against the float reference
+ *     |y - W x| <= sum_blocks (max|x_b| / 254) * sum_{k in b} |W[r,k]| + the above;
+ * measured on outlier-channel activations this is ~1e-3 .. 1e-2 of
+ * sum_k |W[r,k] x[k]| (ggml's CPU backend makes the same trade).
  */
 #ifndef KVQ_WTYPE_H
 #define KVQ_WTYPE_H
@@ -52,6 +68,22 @@ typedef void (*kvq_wmatmul_fn)(const kvq_wtype_traits *t, const void *w, size_t 
                                const float *x, int64_t n_tok, int64_t n, int64_t r0, int64_t r1,
                                float *y, int64_t ldy);
 
+/* Activations prepared for the integer kernels (kvq_wtype_prep_x):
+ * per token, blocks of 32 values x[k] ~ d * q[k]. Pointers into the
+ * caller's scratch. */
+typedef struct kvq_wxq {
+    const int8_t *q; /* (n_tok, n) round(x / d), in [-127, 127] */
+    const float *d;  /* (n_tok, n / 32) max |x| of the block / 127 */
+    const float *s;  /* (n_tok, n / 32) d * (sum of the block's q) */
+} kvq_wxq;
+
+/* Matvec / matmul on prepared x: as above, x replaced by xq (n_tok rows). */
+typedef void (*kvq_wmatvec_q_fn)(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
+                                 const kvq_wxq *xq, int64_t n, int64_t r0, int64_t r1, float *y);
+typedef void (*kvq_wmatmul_q_fn)(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
+                                 const kvq_wxq *xq, int64_t n_tok, int64_t n, int64_t r0,
+                                 int64_t r1, float *y, int64_t ldy);
+
 struct kvq_wtype_traits {
     int type;               /* ggml type id */
     const char *name;       /* "q4_1" */
@@ -61,6 +93,9 @@ struct kvq_wtype_traits {
     kvq_wdequant_fn dequant_isa[KVQ_ISA_COUNT]; /* the same bits, per ISA */
     kvq_wmatvec_fn matvec[KVQ_ISA_COUNT];     /* never NULL: a missing ISA kernel */
     kvq_wmatmul_fn matmul[KVQ_ISA_COUNT];     /* takes the next lower one */
+    /* Integer route: both NULL for float-x types, else never NULL. */
+    kvq_wmatvec_q_fn matvec_q[KVQ_ISA_COUNT];
+    kvq_wmatmul_q_fn matmul_q[KVQ_ISA_COUNT];
 };
 
 /* The traits of a ggml type id; NULL if the type is not supported. */
@@ -79,6 +114,23 @@ static inline size_t kvq_wtype_row_bytes(const kvq_wtype_traits *t, int64_t n) {
     return (size_t)(n / t->block_size) * (size_t)t->block_bytes;
 }
 
+/* Scratch bytes kvq_wtype_prep_x needs for (n_tok, n) activations (n a
+ * multiple of 32). */
+static inline size_t kvq_wtype_prep_bytes(int64_t n_tok, int64_t n) {
+    return (size_t)(n_tok * n) + 2 * sizeof(float) * (size_t)(n_tok * (n / 32));
+}
+
+/* Quantizes x: (n_tok, n) finite floats, n a multiple of 32, into scratch
+ * (kvq_wtype_prep_bytes(n_tok, n) bytes, 4-byte aligned) and returns the
+ * view the _q kernels take. Every ISA gives the reference's bits. */
+kvq_wxq kvq_wtype_prep_x(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, void *scratch);
+
+/* The same, writing only tokens [t0, t1) (x still the whole (n_tok, n)),
+ * so threads can share the quantization of many tokens; the returned view
+ * covers all n_tok tokens. */
+kvq_wxq kvq_wtype_prep_x_range(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, int64_t t0,
+                               int64_t t1, void *scratch);
+
 /* Reference dequantization of one row of n values (the oracle's entry point,
  * kept simple for ctypes). KVQ_ERR_INVALID_ARG for an unknown type, NULL
  * pointers or n not a positive multiple of the block size. */
@@ -91,6 +143,40 @@ kvq_status kvq_wtype_dequantize_row(int type, const void *src, float *dst, int64
     void kvq_wdequant_##ID##_avx512(const void *src, float *dst, int64_t n_blocks);
 #include "model/wtypes.def"
 #undef KVQ_WTYPE
+
+void kvq_wquantize_x_ref(const float *x, int64_t n, int8_t *q, float *d, float *s);
+void kvq_wquantize_x_avx2(const float *x, int64_t n, int8_t *q, float *d, float *s);
+void kvq_wquantize_x_avx512(const float *x, int64_t n, int8_t *q, float *d, float *s);
+
+/* Integer-route kernels. The AVX-512 slot runs the VNNI kernel where the
+ * CPU has VNNI (kvq_cpu_has_vnni()), else the AVX512-BW one; both are
+ * declared for the tests. */
+#define KVQ_WQ_DECL(isa)                                                                     \
+    void kvq_wmatvec_q_##isa(const kvq_wtype_traits *t, const void *w, size_t row_bytes,     \
+                             const kvq_wxq *xq, int64_t n, int64_t r0, int64_t r1, float *y);  \
+    void kvq_wmatmul_q_##isa(const kvq_wtype_traits *t, const void *w, size_t row_bytes,     \
+                             const kvq_wxq *xq, int64_t n_tok, int64_t n, int64_t r0,          \
+                             int64_t r1, float *y, int64_t ldy);
+KVQ_WQ_DECL(ref)
+KVQ_WQ_DECL(avx2)
+KVQ_WQ_DECL(avx512)
+KVQ_WQ_DECL(avx512bw)
+KVQ_WQ_DECL(avx512vnni)
+#undef KVQ_WQ_DECL
+
+/* Matmul on prepared x by running matvec kernel mv over slabs of rows
+ * (for ISAs without a dedicated matmul kernel). */
+void kvq_wmatmul_q_by_rows(const kvq_wtype_traits *t, kvq_wmatvec_q_fn mv, const void *w,
+                           size_t row_bytes, const kvq_wxq *xq, int64_t n_tok, int64_t n,
+                           int64_t r0, int64_t r1, float *y, int64_t ldy);
+
+/* Float-x matvec / matmul of integer-route types on one ISA: quantize x in
+ * stack-sized pieces and run that ISA's _q kernel. */
+void kvq_wmatvec_via_q(const kvq_wtype_traits *t, kvq_isa isa, const void *w, size_t row_bytes,
+                       const float *x, int64_t n, int64_t r0, int64_t r1, float *y);
+void kvq_wmatmul_via_q(const kvq_wtype_traits *t, kvq_isa isa, const void *w, size_t row_bytes,
+                       const float *x, int64_t n_tok, int64_t n, int64_t r0, int64_t r1,
+                       float *y, int64_t ldy);
 
 void kvq_wmatvec_ref(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const float *x,
                      int64_t n, int64_t r0, int64_t r1, float *y);

@@ -76,6 +76,10 @@ KVQ_TARGET_AVX2 static inline void dot_acc(const float *a, const float *b, int64
 
 KVQ_TARGET_AVX2 void kvq_wmatvec_avx2(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                                       const float *x, int64_t n, int64_t r0, int64_t r1, float *y) {
+    if (t->matvec_q[KVQ_ISA_AVX2]) {
+        kvq_wmatvec_via_q(t, KVQ_ISA_AVX2, w, row_bytes, x, n, r0, r1, y);
+        return;
+    }
     const kvq_wdequant_fn dq = t->dequant_isa[KVQ_ISA_AVX2];
     _Alignas(64) float buf[MV_CHUNK]; // (chunk) one row's dequantized values
     for (int64_t r = r0; r < r1; r++) {
@@ -125,6 +129,10 @@ KVQ_TARGET_AVX2 static void tile(const float *const wr[MM_ROWS], const float *co
 KVQ_TARGET_AVX2 void kvq_wmatmul_avx2(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                                       const float *x, int64_t n_tok, int64_t n, int64_t r0,
                                       int64_t r1, float *y, int64_t ldy) {
+    if (t->matmul_q[KVQ_ISA_AVX2]) {
+        kvq_wmatmul_via_q(t, KVQ_ISA_AVX2, w, row_bytes, x, n_tok, n, r0, r1, y, ldy);
+        return;
+    }
     const kvq_wdequant_fn dq = t->dequant_isa[KVQ_ISA_AVX2];
     _Alignas(64) float buf[MM_ROWS][MM_CHUNK]; // (tile rows, chunk) dequantized weights
     for (int64_t rb = r0; rb < r1; rb += MM_ROWS) {
@@ -153,5 +161,131 @@ KVQ_TARGET_AVX2 void kvq_wmatmul_avx2(const kvq_wtype_traits *t, const void *w, 
             }
         }
     }
+}
+/* ------------------------------------------------------- integer route
+ * One block per vector: 32 unsigned codes u with w = dw * u + c (q8_0:
+ * |w| with the signs moved onto x), u . q exact through vpmaddubsw (no
+ * saturation: |u| <= 128, |q| <= 127) and vpmaddwd. See wtype_avx512.c. */
+
+KVQ_TARGET_AVX2 static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+KVQ_TARGET_AVX2 void kvq_wquantize_x_avx2(const float *x, int64_t n, int8_t *q, float *d, float *s) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < 4; j++) {
+            v[j] = _mm256_loadu_ps(x + 32 * b + 8 * j);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float db = _mm_cvtss_f32(h) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        __m256i i32[4];
+        for (int j = 0; j < 4; j++)
+            i32[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], _mm256_set1_ps(id)),
+                                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        /* The packs interleave 128-bit lanes; the permute restores order. */
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b),
+                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        d[b] = db;
+        s[b] = db * (float)hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3])));
+    }
+}
+
+KVQ_TARGET_AVX2 static inline __m256i nib32(const uint8_t *qs) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
+}
+
+/* Adds 16 to code j where bit j of the 32-bit qh is set. */
+KVQ_TARGET_AVX2 static inline __m256i with_bit4_32(__m256i u, const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    /* Byte j gets qh's byte j / 8; OR-ing every bit but j % 8 and comparing
+     * with all-ones isolates bit j. */
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                              _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+                                                                 0x0303030303030303));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                                          _mm256_set1_epi64x(-1));
+    return _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+}
+
+KVQ_TARGET_AVX2 static inline __m256i codes_Q4_0(const uint8_t *b, __m256i *xv) { (void)xv; return nib32(b + 2); }
+KVQ_TARGET_AVX2 static inline __m256i codes_Q4_1(const uint8_t *b, __m256i *xv) { (void)xv; return nib32(b + 4); }
+KVQ_TARGET_AVX2 static inline __m256i codes_Q5_0(const uint8_t *b, __m256i *xv) {
+    (void)xv;
+    return with_bit4_32(nib32(b + 6), b + 2);
+}
+KVQ_TARGET_AVX2 static inline __m256i codes_Q5_1(const uint8_t *b, __m256i *xv) {
+    (void)xv;
+    return with_bit4_32(nib32(b + 8), b + 4);
+}
+KVQ_TARGET_AVX2 static inline __m256i codes_Q8_0(const uint8_t *b, __m256i *xv) {
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(b + 2));
+    *xv = _mm256_sign_epi8(*xv, w);
+    return _mm256_abs_epi8(w);
+}
+#define off_Q4_0(blk, dw) (-8.0f * (dw))
+#define off_Q4_1(blk, dw) _cvtsh_ss(kvq_load_u16((blk) + 2))
+#define off_Q5_0(blk, dw) (-16.0f * (dw))
+#define off_Q5_1(blk, dw) _cvtsh_ss(kvq_load_u16((blk) + 2))
+#define off_Q8_0(blk, dw) 0.0f
+
+#define KVQ_WMVQ(ID, BYTES)                                                                       \
+    KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 mvq_step_##ID(const uint8_t *blk, const kvq_wxq *xq, \
+                                                                  int64_t i, __m256 acc, float *off) { \
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(xq->q + 32 * i));                       \
+        const __m256i u = codes_##ID(blk, &xv);                                                   \
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), _mm256_set1_epi16(1));  \
+        const float dw = _cvtsh_ss(kvq_load_u16(blk));                                            \
+        *off += off_##ID(blk, dw) * xq->s[i];                                                     \
+        return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xq->d[i]), acc);        \
+    }                                                                                             \
+    KVQ_TARGET_AVX2 static void mvq_##ID(const void *w, size_t rb, const kvq_wxq *xq, int64_t n,   \
+                                         int64_t r0, int64_t r1, float *y) {                      \
+        const int64_t nb = n / 32;                                                                \
+        for (int64_t r = r0; r < r1; r++) {                                                       \
+            const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;                             \
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                       \
+            float off0 = 0, off1 = 0;                                                             \
+            int64_t i = 0;                                                                        \
+            for (; i + 2 <= nb; i += 2) {                                                         \
+                acc0 = mvq_step_##ID(row + i * (BYTES), xq, i, acc0, &off0);                      \
+                acc1 = mvq_step_##ID(row + (i + 1) * (BYTES), xq, i + 1, acc1, &off1);            \
+            }                                                                                     \
+            if (i < nb) acc0 = mvq_step_##ID(row + i * (BYTES), xq, i, acc0, &off0);              \
+            y[r - r0] = hsum(_mm256_add_ps(acc0, acc1)) + (off0 + off1);                          \
+        }                                                                                         \
+    }
+KVQ_WMVQ(Q4_0, 18)
+KVQ_WMVQ(Q4_1, 20)
+KVQ_WMVQ(Q5_0, 22)
+KVQ_WMVQ(Q5_1, 24)
+KVQ_WMVQ(Q8_0, 34)
+#undef KVQ_WMVQ
+
+KVQ_TARGET_AVX2 void kvq_wmatvec_q_avx2(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
+                                        const kvq_wxq *xq, int64_t n, int64_t r0, int64_t r1, float *y) {
+    switch (t->type) {
+    case KVQ_WTYPE_Q4_0: mvq_Q4_0(w, row_bytes, xq, n, r0, r1, y); break;
+    case KVQ_WTYPE_Q4_1: mvq_Q4_1(w, row_bytes, xq, n, r0, r1, y); break;
+    case KVQ_WTYPE_Q5_0: mvq_Q5_0(w, row_bytes, xq, n, r0, r1, y); break;
+    case KVQ_WTYPE_Q5_1: mvq_Q5_1(w, row_bytes, xq, n, r0, r1, y); break;
+    case KVQ_WTYPE_Q8_0: mvq_Q8_0(w, row_bytes, xq, n, r0, r1, y); break;
+    }
+}
+
+void kvq_wmatmul_q_avx2(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wxq *xq,
+                        int64_t n_tok, int64_t n, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    kvq_wmatmul_q_by_rows(t, kvq_wmatvec_q_avx2, w, row_bytes, xq, n_tok, n, r0, r1, y, ldy);
 }
 #endif

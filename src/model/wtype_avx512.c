@@ -98,8 +98,7 @@ KVQ_TARGET_AVX512 static inline void block_Q8_0(const uint8_t *b, __m512 *w0, __
     *w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)))), d);
 }
 
-/* Per 32-value type: the dequantizer, and a fused row dot (dequantize in
- * registers, FMA with x; four partial sums over two blocks per step). */
+/* Per 32-value type: the dequantizer. */
 #define KVQ_WBLOCK32(ID, bytes)                                                        \
     KVQ_TARGET_AVX512 void kvq_wdequant_##ID##_avx512(const void *src, float *dst, int64_t n) { \
         const uint8_t *b = src;                                                       \
@@ -110,36 +109,12 @@ KVQ_TARGET_AVX512 static inline void block_Q8_0(const uint8_t *b, __m512 *w0, __
             _mm512_storeu_ps(dst + 32 * i + 16, w1);                                  \
         }                                                                             \
     }
-#define KVQ_WDOT32(ID, bytes)                                                          \
-    KVQ_TARGET_AVX512 static float dot_##ID(const uint8_t *row, const float *x, int64_t nb) { \
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, w0, w1, w2, w3;  \
-        int64_t i = 0;                                                                \
-        for (; i + 2 <= nb; i += 2) {                                                 \
-            block_##ID(row + i * (bytes), &w0, &w1);                                  \
-            block_##ID(row + (i + 1) * (bytes), &w2, &w3);                            \
-            a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + 32 * i), a0);                \
-            a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 32 * i + 16), a1);           \
-            a2 = _mm512_fmadd_ps(w2, _mm512_loadu_ps(x + 32 * i + 32), a2);           \
-            a3 = _mm512_fmadd_ps(w3, _mm512_loadu_ps(x + 32 * i + 48), a3);           \
-        }                                                                             \
-        if (i < nb) {                                                                 \
-            block_##ID(row + i * (bytes), &w0, &w1);                                  \
-            a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + 32 * i), a0);                \
-            a1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 32 * i + 16), a1);           \
-        }                                                                             \
-        return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))); \
-    }
 KVQ_WBLOCK32(Q4_0, 18)
 KVQ_WBLOCK32(Q4_1, 20)
 KVQ_WBLOCK32(Q5_0, 22)
 KVQ_WBLOCK32(Q5_1, 24)
 KVQ_WBLOCK32(Q8_0, 34)
-KVQ_WDOT32(Q4_0, 18)
-KVQ_WDOT32(Q5_0, 22)
-KVQ_WDOT32(Q5_1, 24)
-KVQ_WDOT32(Q8_0, 34)
 #undef KVQ_WBLOCK32
-#undef KVQ_WDOT32
 
 #define KVQ_WQUANT(ID, bs, bytes)                                                      \
     KVQ_WBLOCKS(ID, bs, bytes)                                                        \
@@ -150,46 +125,6 @@ KVQ_WQUANT(Q4_K, 256, 144)
 KVQ_WQUANT(Q5_K, 256, 176)
 KVQ_WQUANT(Q6_K, 256, 210)
 #undef KVQ_WQUANT
-
-/* q4_1 matvec: sum_i (d q_i + m) x_i = d (q . x) + m (sum of the block's x),
- * with the block sums of x computed once per call and shared by every row:
- * half the float work of dequantize-then-FMA, so one thread keeps up with
- * memory. Rows go in k-chunks of Q41_CHUNK blocks to bound the sums buffer. */
-#define Q41_CHUNK 128
-
-KVQ_TARGET_AVX512 static void matvec_Q4_1(const void *w, size_t row_bytes, const float *x, int64_t n,
-                                          int64_t r0, int64_t r1, float *y) {
-    float sx[Q41_CHUNK]; // (chunk blocks) sum of x over each block
-    for (int64_t c0 = 0; c0 < n / 32; c0 += Q41_CHUNK) {
-        const int64_t nb = n / 32 - c0 < Q41_CHUNK ? n / 32 - c0 : Q41_CHUNK;
-        const float *xc = x + 32 * c0;
-        for (int64_t i = 0; i < nb; i++)
-            sx[i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(xc + 32 * i), _mm512_loadu_ps(xc + 32 * i + 16)));
-        for (int64_t r = r0; r < r1; r++) {
-            const uint8_t *b = (const uint8_t *)w + (size_t)r * row_bytes + (size_t)c0 * 20;
-            __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
-            float macc = 0;
-            int64_t i = 0;
-            for (; i + 2 <= nb; i += 2, b += 40) {
-                __m512 t0 = _mm512_mul_ps(_mm512_cvtepi32_ps(nibbles_lo(b + 4)), _mm512_loadu_ps(xc + 32 * i));
-                t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(nibbles_hi(b + 4)), _mm512_loadu_ps(xc + 32 * i + 16), t0);
-                __m512 t1 = _mm512_mul_ps(_mm512_cvtepi32_ps(nibbles_lo(b + 24)), _mm512_loadu_ps(xc + 32 * i + 32));
-                t1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(nibbles_hi(b + 24)), _mm512_loadu_ps(xc + 32 * i + 48), t1);
-                acc0 = _mm512_fmadd_ps(t0, f16_splat(b), acc0);
-                acc1 = _mm512_fmadd_ps(t1, f16_splat(b + 20), acc1);
-                macc += _cvtsh_ss(kvq_load_u16(b + 2)) * sx[i] + _cvtsh_ss(kvq_load_u16(b + 22)) * sx[i + 1];
-            }
-            if (i < nb) {
-                __m512 t0 = _mm512_mul_ps(_mm512_cvtepi32_ps(nibbles_lo(b + 4)), _mm512_loadu_ps(xc + 32 * i));
-                t0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(nibbles_hi(b + 4)), _mm512_loadu_ps(xc + 32 * i + 16), t0);
-                acc0 = _mm512_fmadd_ps(t0, f16_splat(b), acc0);
-                macc += _cvtsh_ss(kvq_load_u16(b + 2)) * sx[i];
-            }
-            const float part = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + macc;
-            y[r - r0] = c0 == 0 ? part : y[r - r0] + part;
-        }
-    }
-}
 
 /* Values dequantized per step of matvec (a multiple of every block size,
  * small enough to stay in L1 next to x). */
@@ -209,8 +144,8 @@ KVQ_TARGET_AVX512 static inline void dot_acc(const float *a, const float *b, int
 KVQ_TARGET_AVX512 void kvq_wmatvec_avx512(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                                           const float *x, int64_t n, int64_t r0, int64_t r1,
                                           float *y) {
-    if (t->type == KVQ_WTYPE_Q4_1) {
-        matvec_Q4_1(w, row_bytes, x, n, r0, r1, y);
+    if (t->matvec_q[KVQ_ISA_AVX512]) {
+        kvq_wmatvec_via_q(t, KVQ_ISA_AVX512, w, row_bytes, x, n, r0, r1, y);
         return;
     }
     const kvq_wdequant_fn dq = t->dequant_isa[KVQ_ISA_AVX512];
@@ -218,13 +153,9 @@ KVQ_TARGET_AVX512 void kvq_wmatvec_avx512(const kvq_wtype_traits *t, const void 
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w + (size_t)r * row_bytes;
         __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-        switch (t->type) {
-        case KVQ_WTYPE_Q4_0: y[r - r0] = dot_Q4_0(row, x, n / 32); continue;
-        case KVQ_WTYPE_Q5_0: y[r - r0] = dot_Q5_0(row, x, n / 32); continue;
-        case KVQ_WTYPE_Q5_1: y[r - r0] = dot_Q5_1(row, x, n / 32); continue;
-        case KVQ_WTYPE_Q8_0: y[r - r0] = dot_Q8_0(row, x, n / 32); continue;
-        case KVQ_WTYPE_F32: dot_acc((const float *)row, x, n, &acc0, &acc1); break;
-        default:
+        if (t->type == KVQ_WTYPE_F32) {
+            dot_acc((const float *)row, x, n, &acc0, &acc1);
+        } else {
             for (int64_t k0 = 0; k0 < n; k0 += MV_CHUNK) {
                 const int64_t len = n - k0 < MV_CHUNK ? n - k0 : MV_CHUNK;
                 dq(row + (size_t)(k0 / t->block_size) * t->block_bytes, buf, len / t->block_size);
@@ -266,6 +197,10 @@ KVQ_TARGET_AVX512 static void tile(const float *const wr[MM_ROWS], const float *
 KVQ_TARGET_AVX512 void kvq_wmatmul_avx512(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                                           const float *x, int64_t n_tok, int64_t n, int64_t r0,
                                           int64_t r1, float *y, int64_t ldy) {
+    if (t->matmul_q[KVQ_ISA_AVX512]) {
+        kvq_wmatmul_via_q(t, KVQ_ISA_AVX512, w, row_bytes, x, n_tok, n, r0, r1, y, ldy);
+        return;
+    }
     const kvq_wdequant_fn dq = t->dequant_isa[KVQ_ISA_AVX512];
     _Alignas(64) float buf[MM_ROWS][MM_CHUNK]; // (tile rows, chunk) dequantized weights
     for (int64_t rb = r0; rb < r1; rb += MM_ROWS) {
@@ -294,5 +229,316 @@ KVQ_TARGET_AVX512 void kvq_wmatmul_avx512(const kvq_wtype_traits *t, const void 
             }
         }
     }
+}
+/* ------------------------------------------------------- integer route
+ * x prepared as int8 blocks of 32 (kvq_wxq). A pair of weight blocks a, b
+ * becomes one vector of 64 unsigned codes u (a's 32 then b's) with, per
+ * block, a scale dw and an offset coefficient c such that
+ *     w[j] = dw * u[j] + c          (q8_0 in matvec: w = dw * signed code),
+ * so w . x^ = dw dx (u . q) + c s, with s = dx * sum(q) from the prep.
+ * u . q is exact in int32 (vpdpbusd, or vpmaddubsw + vpmaddwd: no
+ * saturation, |u| <= 31 or 128 against |q| <= 127): lanes 0-7 hold block
+ * a's partial sums, lanes 8-15 block b's. */
+
+KVQ_TARGET_AVX512 void kvq_wquantize_x_avx512(const float *x, int64_t n, int8_t *q, float *d, float *s) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const __m512 x0 = _mm512_loadu_ps(x + 32 * b), x1 = _mm512_loadu_ps(x + 32 * b + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1)));
+        const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x0, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm_storeu_si128((__m128i *)(q + 32 * b), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(q + 32 * b + 16), _mm512_cvtepi32_epi8(q1));
+        d[b] = db;
+        s[b] = db * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+}
+
+/* 64 nibble codes of two 4-bit blocks: [a lo, a hi, b lo, b hi]. */
+KVQ_TARGET_AVX512 static inline __m512i nib_pair(const uint8_t *qa, const uint8_t *qb) {
+    const __m256i ab = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)qa)),
+                                               _mm_loadu_si128((const __m128i *)qb), 1);
+    const __m512i v = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(ab));
+    return _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(15));
+}
+
+/* The fifth bits of q5_0/q5_1 (bit j of qh is value j's). */
+KVQ_TARGET_AVX512 static inline __m512i bit4_pair(__m512i u, const uint8_t *ha, const uint8_t *hb) {
+    uint32_t a, b;
+    memcpy(&a, ha, 4), memcpy(&b, hb, 4);
+    return _mm512_mask_add_epi8(u, (__mmask64)a | (__mmask64)b << 32, u, _mm512_set1_epi8(16));
+}
+
+KVQ_TARGET_AVX512 static inline float f16_at(const uint8_t *p) { return _cvtsh_ss(kvq_load_u16(p)); }
+
+/* Per type: codes of the pair (a, b) for the matvec (q8_0: |w|, with the
+ * signs moved onto x), codes for the matmul (q8_0: w + 128, keeping x as
+ * is so one x vector serves every row), and the offset coefficient c. */
+KVQ_TARGET_AVX512 static inline __m512i mv_codes_Q4_0(const uint8_t *a, const uint8_t *b, __m512i *xv) {
+    (void)xv;
+    return nib_pair(a + 2, b + 2);
+}
+KVQ_TARGET_AVX512 static inline __m512i mv_codes_Q4_1(const uint8_t *a, const uint8_t *b, __m512i *xv) {
+    (void)xv;
+    return nib_pair(a + 4, b + 4);
+}
+KVQ_TARGET_AVX512 static inline __m512i mv_codes_Q5_0(const uint8_t *a, const uint8_t *b, __m512i *xv) {
+    (void)xv;
+    return bit4_pair(nib_pair(a + 6, b + 6), a + 2, b + 2);
+}
+KVQ_TARGET_AVX512 static inline __m512i mv_codes_Q5_1(const uint8_t *a, const uint8_t *b, __m512i *xv) {
+    (void)xv;
+    return bit4_pair(nib_pair(a + 8, b + 8), a + 4, b + 4);
+}
+KVQ_TARGET_AVX512 static inline __m512i q8_pair(const uint8_t *a, const uint8_t *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + 2))),
+                              _mm256_loadu_si256((const __m256i *)(b + 2)), 1);
+}
+KVQ_TARGET_AVX512 static inline __m512i mv_codes_Q8_0(const uint8_t *a, const uint8_t *b, __m512i *xv) {
+    const __m512i w = q8_pair(a, b);
+    *xv = _mm512_mask_sub_epi8(*xv, _mm512_movepi8_mask(w), _mm512_setzero_si512(), *xv);
+    return _mm512_abs_epi8(w);
+}
+#define mm_codes_Q4_0(a, b) mv_codes_Q4_0(a, b, NULL)
+#define mm_codes_Q4_1(a, b) mv_codes_Q4_1(a, b, NULL)
+#define mm_codes_Q5_0(a, b) mv_codes_Q5_0(a, b, NULL)
+#define mm_codes_Q5_1(a, b) mv_codes_Q5_1(a, b, NULL)
+#define mm_codes_Q8_0(a, b) _mm512_xor_si512(q8_pair(a, b), _mm512_set1_epi8((char)0x80))
+#define mv_off_Q4_0(blk, dw) (-8.0f * (dw))
+#define mv_off_Q4_1(blk, dw) f16_at((blk) + 2)
+#define mv_off_Q5_0(blk, dw) (-16.0f * (dw))
+#define mv_off_Q5_1(blk, dw) f16_at((blk) + 2)
+#define mv_off_Q8_0(blk, dw) 0.0f
+#define mm_off_Q4_0 mv_off_Q4_0
+#define mm_off_Q4_1 mv_off_Q4_1
+#define mm_off_Q5_0 mv_off_Q5_0
+#define mm_off_Q5_1 mv_off_Q5_1
+#define mm_off_Q8_0(blk, dw) (-128.0f * (dw))
+
+KVQ_TARGET_AVX512 static inline __m512i dp_bw(__m512i u, __m512i q) {
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, q), _mm512_set1_epi16(1));
+}
+KVQ_TARGET_AVX512VNNI static inline __m512i dp_vnni(__m512i u, __m512i q) {
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, q);
+}
+
+/* Two lanes-halves: a in lanes 0-7, b in lanes 8-15. */
+KVQ_TARGET_AVX512 static inline __m512 halves(float a, float b) {
+    return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
+}
+
+/* Matvec row dot: pairs of blocks, two vector accumulators, two scalar
+ * ones for the offset terms; an odd last block pairs with itself at zero
+ * scale and zero x. */
+#define KVQ_WMVQ(ID, BYTES, TGT, DP, SUF)                                                        \
+    TGT static KVQ_ALWAYS_INLINE __m512 mvq_step_##ID##SUF(const uint8_t *a, const kvq_wxq *xq, int64_t i, \
+                                                           int two, __m512 acc, float *off) {          \
+        const uint8_t *b = two ? a + (BYTES) : a;                                                 \
+        __m512i xv = _mm512_maskz_loadu_epi8(two ? ~(__mmask64)0 : 0xFFFFFFFFull, xq->q + 32 * i); \
+        const __m512i u = mv_codes_##ID(a, b, &xv);                                                \
+        const float da = f16_at(a), db = two ? f16_at(b) : 0.0f;                                   \
+        *off += mv_off_##ID(a, da) * xq->s[i] + (two ? mv_off_##ID(b, db) * xq->s[i + 1] : 0.0f);  \
+        const __m512 sc = halves(da * xq->d[i], two ? db * xq->d[i + 1] : 0.0f);                   \
+        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(DP(u, xv)), sc, acc);                            \
+    }                                                                                             \
+    TGT static void mvq_##ID##SUF(const void *w, size_t rb, const kvq_wxq *xq, int64_t n, int64_t r0, \
+                                  int64_t r1, float *y) {                                         \
+        const int64_t nb = n / 32;                                                                \
+        for (int64_t r = r0; r < r1; r++) {                                                       \
+            const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;                             \
+            __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                       \
+            float off0 = 0, off1 = 0;                                                             \
+            int64_t i = 0;                                                                        \
+            for (; i + 4 <= nb; i += 4) {                                                         \
+                acc0 = mvq_step_##ID##SUF(row + i * (BYTES), xq, i, 1, acc0, &off0);              \
+                acc1 = mvq_step_##ID##SUF(row + (i + 2) * (BYTES), xq, i + 2, 1, acc1, &off1);    \
+            }                                                                                     \
+            if (i + 2 <= nb) {                                                                    \
+                acc0 = mvq_step_##ID##SUF(row + i * (BYTES), xq, i, 1, acc0, &off0);              \
+                i += 2;                                                                           \
+            }                                                                                     \
+            if (i < nb) acc1 = mvq_step_##ID##SUF(row + i * (BYTES), xq, i, 0, acc1, &off1);      \
+            y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + (off0 + off1);          \
+        }                                                                                         \
+    }
+#define KVQ_WMVQ_ALL(TGT, DP, SUF)                                                               \
+    KVQ_WMVQ(Q4_0, 18, TGT, DP, SUF)                                                              \
+    KVQ_WMVQ(Q4_1, 20, TGT, DP, SUF)                                                              \
+    KVQ_WMVQ(Q5_0, 22, TGT, DP, SUF)                                                              \
+    KVQ_WMVQ(Q5_1, 24, TGT, DP, SUF)                                                              \
+    KVQ_WMVQ(Q8_0, 34, TGT, DP, SUF)                                                              \
+    TGT void kvq_wmatvec_q_avx512##SUF(const kvq_wtype_traits *t, const void *w, size_t row_bytes, \
+                                       const kvq_wxq *xq, int64_t n, int64_t r0, int64_t r1, float *y) { \
+        switch (t->type) {                                                                        \
+        case KVQ_WTYPE_Q4_0: mvq_Q4_0##SUF(w, row_bytes, xq, n, r0, r1, y); break;                \
+        case KVQ_WTYPE_Q4_1: mvq_Q4_1##SUF(w, row_bytes, xq, n, r0, r1, y); break;                \
+        case KVQ_WTYPE_Q5_0: mvq_Q5_0##SUF(w, row_bytes, xq, n, r0, r1, y); break;                \
+        case KVQ_WTYPE_Q5_1: mvq_Q5_1##SUF(w, row_bytes, xq, n, r0, r1, y); break;                \
+        case KVQ_WTYPE_Q8_0: mvq_Q8_0##SUF(w, row_bytes, xq, n, r0, r1, y); break;                \
+        }                                                                                         \
+    }
+KVQ_WMVQ_ALL(KVQ_TARGET_AVX512, dp_bw, bw)
+KVQ_WMVQ_ALL(KVQ_TARGET_AVX512VNNI, dp_vnni, vnni)
+#undef KVQ_WMVQ_ALL
+#undef KVQ_WMVQ
+
+void kvq_wmatvec_q_avx512(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wxq *xq,
+                          int64_t n, int64_t r0, int64_t r1, float *y) {
+    if (kvq_cpu_has_vnni()) kvq_wmatvec_q_avx512vnni(t, w, row_bytes, xq, n, r0, r1, y);
+    else kvq_wmatvec_q_avx512bw(t, w, row_bytes, xq, n, r0, r1, y);
+}
+
+/* 16 vectors -> one: lane 4 L + q holds the sum of v[4 q + L]. */
+KVQ_TARGET_AVX512 static inline __m512 reduce16(const __m512 v[16]) {
+    __m512 w[8], z[4];
+    for (int k = 0; k < 8; k++)
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));
+    for (int k = 0; k < 4; k++)
+        z[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
+    const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(z[0], z[1]), _mm512_unpackhi_ps(z[0], z[1]));
+    const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(z[2], z[3]), _mm512_unpackhi_ps(z[2], z[3]));
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))));
+}
+
+/* Matmul (VNNI): a tile of QR rows is converted once per k-chunk into
+ * codes, per-pair scale vectors and offset coefficients, then every token
+ * passes over it QT at a time: QR x QT accumulators, one vpdpbusd, convert
+ * and FMA per pair and (row, token), the offset terms folded into the same
+ * accumulators 16 blocks at a time. */
+#define QR 4
+#define QT 4
+#define QKC 2048
+#define QTB 128
+
+typedef struct {
+    _Alignas(64) uint8_t u[QR][QKC];        // (rows, chunk) codes
+    _Alignas(64) float sw[QR][QKC / 64][16]; // (rows, pairs, 16) dw of a x8, of b x8
+    _Alignas(64) float c[QR][QKC / 32];      // (rows, blocks) offset coefficients
+} mmq_tile;
+
+#define KVQ_WMMQ_PACK(ID, BYTES)                                                                  \
+    KVQ_TARGET_AVX512 static void mmq_pack_##ID(const uint8_t *const rows[QR], int64_t nb, mmq_tile *tl) { \
+        for (int a = 0; a < QR; a++) {                                                            \
+            for (int64_t i = 0; i < nb; i += 2) {                                                 \
+                const uint8_t *pa = rows[a] + i * (BYTES), *pb = i + 1 < nb ? pa + (BYTES) : pa;  \
+                const float da = f16_at(pa), db = i + 1 < nb ? f16_at(pb) : 0.0f;                 \
+                _mm512_store_si512(tl->u[a] + 32 * i, mm_codes_##ID(pa, pb));                     \
+                _mm512_store_ps(tl->sw[a][i / 2], halves(da, db));                                \
+                tl->c[a][i] = mm_off_##ID(pa, da);                                                \
+                if (i + 1 < nb) tl->c[a][i + 1] = mm_off_##ID(pb, db);                            \
+            }                                                                                     \
+        }                                                                                         \
+    }
+KVQ_WMMQ_PACK(Q4_0, 18)
+KVQ_WMMQ_PACK(Q4_1, 20)
+KVQ_WMMQ_PACK(Q5_0, 22)
+KVQ_WMMQ_PACK(Q5_1, 24)
+KVQ_WMMQ_PACK(Q8_0, 34)
+#undef KVQ_WMMQ_PACK
+
+/* out[a][b] = row a of the tile . token b over nb blocks starting at block
+ * k0b of the prepared x (tokens at q, d, s of their own rows). */
+KVQ_TARGET_AVX512VNNI static void mmq_tile_dot(const mmq_tile *tl, int64_t nb, const int8_t *const q[QT],
+                                               const float *const d[QT], const float *const s[QT],
+                                               float out[QR][QT]) {
+    __m512 acc[QR * QT];
+    for (int j = 0; j < QR * QT; j++) acc[j] = _mm512_setzero_ps();
+    const __m512i pidx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    for (int64_t i = 0; i < nb; i += 2) {
+        const int two = i + 1 < nb;
+        __m512i xv[QT];
+        __m512 sx[QT];
+#pragma GCC unroll 4
+        for (int b = 0; b < QT; b++) {
+            xv[b] = _mm512_maskz_loadu_epi8(two ? ~(__mmask64)0 : 0xFFFFFFFFull, q[b] + 32 * i);
+            sx[b] = _mm512_permutexvar_ps(pidx, _mm512_castps128_ps512(_mm_maskz_loadu_ps(two ? 3 : 1, d[b] + i)));
+        }
+#pragma GCC unroll 4
+        for (int a = 0; a < QR; a++) {
+            const __m512i u = _mm512_load_si512(tl->u[a] + 32 * i);
+            const __m512 sw = _mm512_load_ps(tl->sw[a][i / 2]);
+#pragma GCC unroll 4
+            for (int b = 0; b < QT; b++)
+                acc[a * QT + b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp_vnni(u, xv[b])), _mm512_mul_ps(sw, sx[b]),
+                                                  acc[a * QT + b]);
+        }
+    }
+    for (int64_t i = 0; i < nb; i += 16) {
+        const __mmask16 m = nb - i >= 16 ? 0xFFFF : (__mmask16)((1u << (nb - i)) - 1);
+        __m512 sv[QT];
+        for (int b = 0; b < QT; b++) sv[b] = _mm512_maskz_loadu_ps(m, s[b] + i);
+        for (int a = 0; a < QR; a++) {
+            const __m512 cv = _mm512_maskz_loadu_ps(m, tl->c[a] + i);
+            for (int b = 0; b < QT; b++) acc[a * QT + b] = _mm512_fmadd_ps(cv, sv[b], acc[a * QT + b]);
+        }
+    }
+    _Alignas(64) float sums[16]; // (16) lane 4 L + q: accumulator 4 q + L
+    _mm512_store_ps(sums, reduce16(acc));
+    for (int j = 0; j < QR * QT; j++) out[j / QT][j % QT] = sums[4 * (j % 4) + j / 4];
+}
+
+KVQ_TARGET_AVX512VNNI void kvq_wmatmul_q_avx512vnni(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
+                                                    const kvq_wxq *xq, int64_t n_tok, int64_t n, int64_t r0,
+                                                    int64_t r1, float *y, int64_t ldy) {
+    mmq_tile tile_buf; // one row tile's converted weights
+    mmq_tile *tl = &tile_buf;
+    /* Token blocks keep the prepared x they read (QTB tokens) in L2 while
+     * every row tile passes; converting a tile again per block is cheap. */
+    for (int64_t tb = 0; tb < n_tok; tb += QTB) {
+        const int64_t te = n_tok - tb < QTB ? n_tok : tb + QTB;
+        for (int64_t rb = r0; rb < r1; rb += QR) {
+            const int nr = r1 - rb < QR ? (int)(r1 - rb) : QR;
+            for (int64_t k0 = 0; k0 < n; k0 += QKC) {
+                const int64_t nb = (n - k0 < QKC ? n - k0 : QKC) / 32;
+                const uint8_t *rows[QR];
+                /* Edge tiles repeat the last row and drop its results. */
+                for (int a = 0; a < QR; a++)
+                    rows[a] = (const uint8_t *)w + (size_t)(rb + (a < nr ? a : nr - 1)) * row_bytes +
+                              (size_t)(k0 / 32) * t->block_bytes;
+                switch (t->type) {
+                case KVQ_WTYPE_Q4_0: mmq_pack_Q4_0(rows, nb, tl); break;
+                case KVQ_WTYPE_Q4_1: mmq_pack_Q4_1(rows, nb, tl); break;
+                case KVQ_WTYPE_Q5_0: mmq_pack_Q5_0(rows, nb, tl); break;
+                case KVQ_WTYPE_Q5_1: mmq_pack_Q5_1(rows, nb, tl); break;
+                case KVQ_WTYPE_Q8_0: mmq_pack_Q8_0(rows, nb, tl); break;
+                }
+                for (int64_t i = tb; i < te; i += QT) {
+                    const int nt = te - i < QT ? (int)(te - i) : QT;
+                    const int8_t *q[QT];
+                    const float *d[QT], *s[QT];
+                    for (int b = 0; b < QT; b++) {
+                        const int64_t tok = i + (b < nt ? b : nt - 1);
+                        q[b] = xq->q + tok * n + k0;
+                        d[b] = xq->d + tok * (n / 32) + k0 / 32;
+                        s[b] = xq->s + tok * (n / 32) + k0 / 32;
+                    }
+                    float out[QR][QT];
+                    mmq_tile_dot(tl, nb, q, d, s, out);
+                    for (int b = 0; b < nt; b++) {
+                        float *yr = y + (i + b) * ldy + rb;
+                        for (int a = 0; a < nr; a++) yr[a] = k0 == 0 ? out[a][b] : yr[a] + out[a][b];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* Without VNNI, vpmaddubsw would saturate on the w + 128 codes of q8_0:
+ * the matvec kernel runs over slabs of rows instead. */
+void kvq_wmatmul_q_avx512bw(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wxq *xq,
+                            int64_t n_tok, int64_t n, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    kvq_wmatmul_q_by_rows(t, kvq_wmatvec_q_avx512bw, w, row_bytes, xq, n_tok, n, r0, r1, y, ldy);
+}
+
+void kvq_wmatmul_q_avx512(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wxq *xq,
+                          int64_t n_tok, int64_t n, int64_t r0, int64_t r1, float *y, int64_t ldy) {
+    if (kvq_cpu_has_vnni()) kvq_wmatmul_q_avx512vnni(t, w, row_bytes, xq, n_tok, n, r0, r1, y, ldy);
+    else kvq_wmatmul_q_avx512bw(t, w, row_bytes, xq, n_tok, n, r0, r1, y, ldy);
 }
 #endif
