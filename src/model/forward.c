@@ -29,6 +29,7 @@ struct kvq_ctx {
     float *att;      /* (n_batch, n_head * head_dim) attention output */
     float *gate, *up; /* (n_batch, n_ff) */
     float *rope;     /* (n_batch, n_rot / 2, 2) cos, sin */
+    void *xq_scratch; /* int8 activations of the widest input, (n_batch, max(n_embd, n_ff)) + scales */
 };
 
 void kvq_ctx_params_default(kvq_ctx_params *p) {
@@ -51,6 +52,7 @@ typedef struct {
     linear_job job[3];
     int n_jobs;
     const float *x;    /* (n_tok, n) */
+    const kvq_wxq *xq; /* x prepared for the integer kernels, or NULL */
     int n_tok;
     kvq_isa isa;
 } linear_batch;
@@ -66,27 +68,40 @@ static void linear_task(int task, int worker, void *arg) {
     const int64_t r1 = r0 + lj->rows_per_chunk < w->rows ? r0 + lj->rows_per_chunk : w->rows;
     if (b->n_tok == 1)
         w->t->matvec[b->isa](w->t, w->data, w->row_bytes, b->x, w->n, r0, r1, lj->y + r0);
+    else if (b->xq)
+        w->t->matmul_q[b->isa](w->t, w->data, w->row_bytes, b->xq, b->n_tok, w->n, r0, r1, lj->y, w->rows);
     else
         w->t->matmul[b->isa](w->t, w->data, w->row_bytes, b->x, b->n_tok, w->n, r0, r1, lj->y, w->rows);
 }
 
-/* y_j = x W_j^T for each (W_j, y_j) pair given, on every thread. */
+/* y_j = x W_j^T for each (W_j, y_j) pair given, on every thread. One token
+ * (decode) runs the float matvec, exact to float rounding. Several tokens
+ * (prefill) run the integer kernels where every matrix has them: x is
+ * quantized once to int8 blocks of 32 (as ggml's activations), which costs
+ * accuracy (see docs/PERF.md) and buys the int8 dot products' speed;
+ * exact_prefill keeps float. */
 static void linear(kvq_ctx *c, const float *x, int n_tok, const kvq_weight *w0, float *y0, const kvq_weight *w1,
                    float *y1, const kvq_weight *w2, float *y2) {
     linear_batch b = {.x = x, .n_tok = n_tok, .isa = c->isa};
     const kvq_weight *ws[3] = {w0, w1, w2};
     float *ys[3] = {y0, y1, y2};
-    int n_tasks = 0;
+    int n_tasks = 0, integer = n_tok > 1 && !c->p.exact_prefill;
     for (int j = 0; j < 3 && ws[j]; j++) {
         linear_job *lj = &b.job[b.n_jobs++];
         lj->w = ws[j];
         lj->y = ys[j];
+        integer &= ws[j]->t->matmul_q[c->isa] != NULL;
         /* About 4 chunks per thread for balance, rows a multiple of 16. */
         int64_t per = (ws[j]->rows + 4 * c->n_threads - 1) / (4 * c->n_threads);
         per = (per + 15) / 16 * 16;
         lj->rows_per_chunk = per;
         lj->n_chunks = (int)((ws[j]->rows + per - 1) / per);
         n_tasks += lj->n_chunks;
+    }
+    kvq_wxq xq;
+    if (integer) {
+        xq = kvq_wtype_prep_x(c->isa, x, n_tok, w0->n, c->xq_scratch);
+        b.xq = &xq;
     }
     kvq_threadpool_run(c->pool, n_tasks, linear_task, &b);
 }
@@ -275,7 +290,9 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_ctx_params *p, kvq_ctx *
         c->gate = kvq_alloc_aligned(sizeof(float) * B * m->n_ff);
         c->up = kvq_alloc_aligned(sizeof(float) * B * m->n_ff);
         c->rope = kvq_alloc_aligned(sizeof(float) * B * m->n_rot);
-        if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope)
+        const int64_t widest = m->n_ff > m->n_embd ? m->n_ff : m->n_embd;
+        c->xq_scratch = kvq_alloc_aligned(kvq_wtype_prep_bytes((int64_t)B, widest > (int64_t)qd ? widest : (int64_t)qd));
+        if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope || !c->xq_scratch)
             s = kvq_fail(KVQ_ERR_NOMEM, "context: out of memory for scratch buffers");
     }
     if (s != KVQ_OK) {
@@ -299,6 +316,7 @@ void kvq_ctx_free(kvq_ctx *c) {
     kvq_free_aligned(c->gate);
     kvq_free_aligned(c->up);
     kvq_free_aligned(c->rope);
+    kvq_free_aligned(c->xq_scratch);
     free(c);
 }
 
