@@ -439,8 +439,9 @@ typedef struct kvq_ctx_params {
     int boundary_layers;  /* first and last L layers use q8_0 */
     int centering;        /* per-channel mean removal for quantized codecs */
     uint64_t seed;        /* rotation seed of rotated codecs */
-    int exact_prefill;    /* 1: prompts use float activations like decode does;
-                             0: int8 activations (faster prefill, small error) */
+    int int8_prefill;     /* 1: prompt chunks quantize activations to int8 blocks
+                             (faster prefill, logits move; see docs/PERF.md);
+                             0: float activations everywhere */
 } kvq_ctx_params;
 
 /* Defaults: n_ctx 0, n_threads 0, n_batch 0, f16/f16, no sinks, no boundary

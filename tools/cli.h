@@ -11,12 +11,18 @@ int cmd_codecs(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_attn_bench(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 /* Monotonic time in seconds. */
 double cli_now(void);
 /* Parses a whole decimal integer in [lo, hi]; on failure prints an error
  * naming the flag and returns 0. */
 int cli_parse_int(const char *flag, const char *text, long lo, long hi, long *out);
+/* The same for a finite decimal number in [lo, hi]. */
+int cli_parse_float(const char *flag, const char *text, double lo, double hi, double *out);
+/* Reads a whole file (or "-" for stdin) into a NUL-terminated buffer. */
+char *cli_read_file(const char *path, size_t *len);
 
 /* The default model: $KVQ_MODEL if set, else
  * ${KVQ_CACHE:-$HOME/.cache/kvq}/CLI_DEFAULT_MODEL_NAME (what `make model`
@@ -43,5 +49,38 @@ int cli_model_opts_parse(cli_model_opts *o, int argc, char **argv, int *i);
 int cli_model_load(cli_model_opts *o, kvq_model **model);
 /* "K q8_0, V q4_0" or "k8v4 (K q8_0, V q4_0)". */
 const char *cli_kv_label(const cli_model_opts *o, char *buf, size_t cap);
+
+/* Sampling options (llama.cpp's flags) into p: 1 consumed, 0 not, -1 error. */
+const char *cli_sample_opts_help(void);
+int cli_sample_opts_parse(kvq_sampler_params *p, int argc, char **argv, int *i);
+
+/* Tokenizes text into a new array: 1 on success, else prints why. */
+int cli_tokenize(const kvq_tokenizer *tok, const char *text, size_t len, int add_bos, int parse_special,
+                 int32_t **ids, int *n);
+
+/* The generation loop shared by run and chat. */
+typedef struct cli_gen {
+    kvq_ctx *ctx;
+    const kvq_tokenizer *tok;
+    kvq_sampler *sampler;
+    kvq_detok *detok;
+    float *logits;                /* (n_vocab) */
+    int32_t n_vocab;
+    volatile int *stop;           /* set (by a signal handler) to stop early */
+    int32_t pending;              /* end-of-generation token sampled but not evaluated, or -1 */
+    int32_t *record;              /* if set, generated ids are stored here (n_predict) */
+} cli_gen;
+
+typedef struct cli_gen_stats {
+    int n_prompt, n_gen, stopped_eog, stopped_ctx;
+    double prompt_s, gen_s;
+} cli_gen_stats;
+
+/* Evaluates the prompt, then samples up to n_predict tokens, streaming text
+ * to stdout; stops at an end-of-generation token, a full context or *stop.
+ * 1 on success, else prints why. */
+int cli_generate(cli_gen *g, const int32_t *prompt, int n_prompt, int n_predict, cli_gen_stats *st);
+/* The summary line: speeds and KV memory next to f16's. */
+void cli_print_stats(const cli_gen *g, const cli_model_opts *o, const cli_gen_stats *st);
 
 #endif

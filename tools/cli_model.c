@@ -26,8 +26,8 @@ const char *cli_model_opts_help(void) {
            "  --kv-boundary L       first and last L layers use q8_0 (default 0)\n"
            "  --kv-no-center        do not remove per-channel means before quantizing\n"
            "  --kv-seed N           rotation seed of rotated codecs (default 0)\n"
-           "  --exact-prefill       float activations for prompts too (slower; default:\n"
-           "                        int8 activations in prompt matmuls, as ggml does)\n";
+           "  --int8-prefill        int8 activations in prompt matmuls, as ggml does:\n"
+           "                        faster prompts, logits move (default: float)\n";
 }
 
 static int is(const char *a, const char *s1, const char *s2) {
@@ -72,8 +72,8 @@ int cli_model_opts_parse(cli_model_opts *o, int argc, char **argv, int *i) {
     } else if (is(a, "--kv-seed", NULL)) {
         if (!cli_parse_int(a, val, 0, 2147483647L, &v)) return -1;
         o->ctx.seed = (uint64_t)v;
-    } else if (is(a, "--exact-prefill", NULL)) {
-        o->ctx.exact_prefill = 1;
+    } else if (is(a, "--int8-prefill", NULL)) {
+        o->ctx.int8_prefill = 1;
         return 1;
     } else if (is(a, "--kv-no-center", NULL)) {
         o->ctx.centering = 0;

@@ -59,3 +59,53 @@ int cli_default_model(char *buf, size_t cap) {
     }
     return 1;
 }
+
+int cli_parse_float(const char *flag, const char *text, double lo, double hi, double *out) {
+    if (!text) {
+        fprintf(stderr, "kvq: %s needs a value\n", flag);
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    const double v = strtod(text, &end);
+    if (errno || end == text || *end != '\0' || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "kvq: %s: '%s' is not a number in [%g, %g]\n", flag, text, lo, hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "kvq: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b;
+        }
+        const size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    const int err = ferror(f);
+    if (f != stdin) fclose(f);
+    if (!buf || err) {
+        fprintf(stderr, "kvq: cannot read %s%s\n", path, buf ? "" : ": out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}

@@ -9,19 +9,24 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: kvq run [options] (--tokens IDS | -p TEXT)\n"
+            "usage: kvq run [options] (-p TEXT | -f FILE | --tokens IDS)\n"
             "\n"
-            "Runs the prompt through the model, then generates -n tokens greedily,\n"
-            "streaming them to stdout. Ends with a summary line on stderr: prompt and\n"
-            "generation speed, and the KV cache's bytes next to what f16 would take.\n"
+            "Runs the prompt through the model, then generates up to -n tokens,\n"
+            "streaming the text to stdout. Ends with a summary line on stderr: prompt\n"
+            "and generation speed, and the KV cache's bytes next to what f16 would take.\n"
             "\n"
-            "  --tokens IDS          prompt as comma-separated token ids\n"
-            "  -n, --n-predict N     tokens to generate (default 64; 0 = prompt only)\n"
+            "  -p, --prompt TEXT     the prompt\n"
+            "  -f, --file FILE       read the prompt from FILE (- for stdin)\n"
+            "  --tokens IDS          the prompt as comma-separated token ids\n"
+            "  --chat                wrap -p/-f as one user turn in the model's chat template\n"
+            "  -n, --n-predict N     tokens to generate (default 128; 0 = prompt only)\n"
             "  --dump-logits FILE    write float32 logits of every prompt position,\n"
             "                        row-major [n_prompt][n_vocab], little endian\n"
             "  --dump-tokens FILE    write the int32 ids of prompt and generated tokens\n"
-            "\n%s",
-            cli_model_opts_help());
+            "\n%s\n%s"
+            "\nexample:\n"
+            "  kvq run --kv q4_0 --chat -p \"What is the capital of France?\" --temp 0\n",
+            cli_model_opts_help(), cli_sample_opts_help());
 }
 
 /* Parses "1,2,3" into a new array. */
@@ -40,7 +45,11 @@ static int parse_ids(const char *text, int32_t **ids, int *n) {
         }
         if (len == cap) {
             int32_t *b = realloc(a, sizeof *a * (size_t)(cap *= 2));
-            if (!b) break;
+            if (!b) {
+                free(a);
+                a = NULL;
+                break;
+            }
             a = b;
         }
         a[len++] = (int32_t)v;
@@ -66,110 +75,147 @@ static int write_file(const char *path, const void *data, size_t bytes) {
     return 1;
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+/* The prompt's tokens: ids as given, or text (optionally as a chat turn). */
+static int prompt_tokens(const kvq_model *model, const kvq_tokenizer *tok, const char *ids_arg, const char *text,
+                         size_t text_len, int chat, int32_t **ids, int *n) {
+    if (ids_arg) return parse_ids(ids_arg, ids, n);
+    if (!chat) return cli_tokenize(tok, text, text_len, -1, 0, ids, n);
+    const kvq_chat_msg msg = {"user", text};
+    size_t need = 0;
+    kvq_chat_apply(model, &msg, 1, 1, NULL, 0, &need);
+    char *formatted = malloc(need + 1);
+    if (!formatted || kvq_chat_apply(model, &msg, 1, 1, formatted, need + 1, &need) != KVQ_OK) {
+        fprintf(stderr, "kvq run: --chat: %s\n", formatted ? kvq_last_error() : "out of memory");
+        free(formatted);
+        return 0;
+    }
+    const int ok = cli_tokenize(tok, formatted, need, 0, 1, ids, n);
+    free(formatted);
+    return ok;
 }
 
 int cmd_run(int argc, char **argv) {
     cli_model_opts o;
     cli_model_opts_init(&o);
-    const char *tokens_arg = NULL, *dump_logits = NULL, *dump_tokens = NULL;
-    long n_predict = 64;
+    kvq_sampler_params sp = kvq_sampler_default_params();
+    const char *tokens_arg = NULL, *prompt_arg = NULL, *file_arg = NULL, *dump_logits = NULL, *dump_tokens = NULL;
+    long n_predict = 128;
+    int chat = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const int r = cli_model_opts_parse(&o, argc, argv, &i);
+        int r = cli_model_opts_parse(&o, argc, argv, &i);
+        if (!r) r = cli_sample_opts_parse(&sp, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--tokens") && val) {
-            tokens_arg = argv[++i];
-        } else if ((!strcmp(a, "-n") || !strcmp(a, "--n-predict"))) {
+        } else if (!strcmp(a, "--chat")) {
+            chat = 1;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (!cli_parse_int(a, val, 0, 1 << 24, &n_predict)) return 2;
             i++;
-        } else if (!strcmp(a, "--dump-logits") && val) {
+        } else if (val && !strcmp(a, "--tokens")) {
+            tokens_arg = argv[++i];
+        } else if (val && (!strcmp(a, "-p") || !strcmp(a, "--prompt"))) {
+            prompt_arg = argv[++i];
+        } else if (val && (!strcmp(a, "-f") || !strcmp(a, "--file"))) {
+            file_arg = argv[++i];
+        } else if (val && !strcmp(a, "--dump-logits")) {
             dump_logits = argv[++i];
-        } else if (!strcmp(a, "--dump-tokens") && val) {
+        } else if (val && !strcmp(a, "--dump-tokens")) {
             dump_tokens = argv[++i];
         } else {
-            fprintf(stderr, "kvq run: %s '%s' (see kvq run --help)\n", val || a[0] != '-' ? "unknown option" : "missing value for", a);
+            fprintf(stderr, "kvq run: %s '%s' (see kvq run --help)\n",
+                    a[0] == '-' && !val ? "missing value or unknown option" : "unknown option", a);
             return 2;
         }
     }
-    if (!tokens_arg) {
-        fprintf(stderr, "kvq run: give a prompt with --tokens IDS (see kvq run --help)\n");
+    if (!!tokens_arg + !!prompt_arg + !!file_arg != 1) {
+        fprintf(stderr, "kvq run: give exactly one prompt: -p TEXT, -f FILE or --tokens IDS (see kvq run --help)\n");
         return 2;
     }
-    int32_t *prompt = NULL;
-    int n_prompt = 0;
-    if (!parse_ids(tokens_arg, &prompt, &n_prompt)) return 2;
+    if (chat && tokens_arg) {
+        fprintf(stderr, "kvq run: --chat takes a text prompt (-p or -f), not --tokens\n");
+        return 2;
+    }
 
     kvq_model *model = NULL;
-    kvq_ctx *ctx = NULL;
-    float *logits = NULL;
-    int32_t *all = NULL;
-    int rc = 1;
+    kvq_tokenizer *tok = NULL;
+    cli_gen g = {0};
+    int32_t *prompt = NULL, *all = NULL;
+    float *prompt_logits = NULL;
+    char *file_text = NULL;
+    int n_prompt = 0, rc = 1;
+    size_t text_len = prompt_arg ? strlen(prompt_arg) : 0;
+    if (file_arg && !(file_text = cli_read_file(file_arg, &text_len))) goto done;
     if (!cli_model_load(&o, &model)) goto done;
     kvq_model_info info;
     kvq_model_get_info(model, &info);
-    if (kvq_ctx_create(model, &o.ctx, &ctx) != KVQ_OK) {
+    if (kvq_model_tokenizer(model, &tok) != KVQ_OK) {
+        fprintf(stderr, "kvq run: %s\n", kvq_last_error());
+        goto done;
+    }
+    if (!prompt_tokens(model, tok, tokens_arg, file_text ? file_text : prompt_arg, text_len, chat, &prompt,
+                       &n_prompt))
+        goto done;
+    if (n_prompt == 0) {
+        fprintf(stderr, "kvq run: the prompt is empty\n");
+        goto done;
+    }
+    g.tok = tok;
+    g.n_vocab = info.n_vocab;
+    if (kvq_ctx_create(model, &o.ctx, &g.ctx) != KVQ_OK || kvq_sampler_create(&sp, &g.sampler) != KVQ_OK ||
+        kvq_detok_create(tok, 0, &g.detok) != KVQ_OK) {
         fprintf(stderr, "kvq run: %s\n", kvq_last_error());
         goto done;
     }
     const size_t V = (size_t)info.n_vocab;
-    logits = malloc(sizeof(float) * V * (dump_logits ? (size_t)n_prompt : 1));
+    g.logits = malloc(sizeof(float) * V);
     all = malloc(sizeof(int32_t) * ((size_t)n_prompt + (size_t)n_predict));
-    if (!logits || !all) {
-        fprintf(stderr, "kvq run: out of memory for %d prompt logits\n", n_prompt);
+    if (dump_logits) prompt_logits = malloc(sizeof(float) * V * (size_t)n_prompt);
+    if (!g.logits || !all || (dump_logits && !prompt_logits)) {
+        fprintf(stderr, "kvq run: out of memory for %d prompt tokens\n", n_prompt);
         goto done;
     }
+
     memcpy(all, prompt, sizeof(int32_t) * (size_t)n_prompt);
-
-    const double t0 = cli_now();
-    if (kvq_ctx_eval(ctx, prompt, n_prompt, logits, dump_logits != NULL) != KVQ_OK) {
-        fprintf(stderr, "kvq run: %s\n", kvq_last_error());
+    g.record = all + n_prompt;
+    cli_gen_stats st;
+    if (dump_logits) {
+        /* Every prompt position's logits: evaluate the prompt here, then
+         * generate from its last row. */
+        const double t0 = cli_now();
+        if (kvq_ctx_eval(g.ctx, prompt, n_prompt, prompt_logits, 1) != KVQ_OK) {
+            fprintf(stderr, "kvq run: %s\n", kvq_last_error());
+            goto done;
+        }
+        const double prompt_s = cli_now() - t0;
+        if (!write_file(dump_logits, prompt_logits, sizeof(float) * V * (size_t)n_prompt)) goto done;
+        memcpy(g.logits, prompt_logits + (size_t)(n_prompt - 1) * V, sizeof(float) * V);
+        for (int i = 0; i < n_prompt; i++) kvq_sampler_accept(g.sampler, prompt[i]);
+        if (!cli_generate(&g, NULL, 0, (int)n_predict, &st)) goto done;
+        st.n_prompt = n_prompt;
+        st.prompt_s = prompt_s;
+    } else if (!cli_generate(&g, prompt, n_prompt, (int)n_predict, &st)) {
         goto done;
     }
-    const double t1 = cli_now();
-    if (dump_logits && !write_file(dump_logits, logits, sizeof(float) * V * (size_t)n_prompt)) goto done;
-    const float *last = logits + (dump_logits ? (size_t)(n_prompt - 1) * V : 0);
-    int n_gen = 0;
-    int32_t next = argmax(last, (int)V);
-    while (n_gen < n_predict) {
-        all[n_prompt + n_gen++] = next;
-        printf("%s%d", n_gen > 1 ? " " : "", next);
-        fflush(stdout);
-        if (n_gen == n_predict) break;
-        if (kvq_ctx_eval(ctx, &next, 1, logits, 0) != KVQ_OK) {
-            fprintf(stderr, "\nkvq run: %s\n", kvq_last_error());
-            break;
-        }
-        next = argmax(logits, (int)V);
-    }
-    if (n_gen) printf("\n");
+    printf("\n");
     fflush(stdout);
-    const double t2 = cli_now();
-    if (dump_tokens && !write_file(dump_tokens, all, sizeof(int32_t) * (size_t)(n_prompt + n_gen))) goto done;
-
-    char label[128];
-    const double kv = (double)kvq_ctx_kv_bytes(ctx), kv16 = (double)kvq_ctx_kv_bytes_f16(ctx);
-    fprintf(stderr,
-            "prompt %d tokens %.1f t/s | generation %d tokens %.1f t/s | KV %s: %.2f MiB, f16 would be %.2f MiB "
-            "(%.2fx smaller) | %d threads, %s\n",
-            n_prompt, n_prompt / (t1 - t0), n_gen, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0,
-            cli_kv_label(&o, label, sizeof label), kv / 1048576.0, kv16 / 1048576.0, kv > 0 ? kv16 / kv : 1.0,
-            o.ctx.n_threads ? o.ctx.n_threads : 0, kvq_isa_name(kvq_ctx_isa(ctx)));
+    if (dump_tokens && !write_file(dump_tokens, all, sizeof(int32_t) * (size_t)(n_prompt + st.n_gen))) goto done;
+    cli_print_stats(&g, &o, &st);
     rc = 0;
 done:
+    free(file_text);
     free(prompt);
     free(all);
-    free(logits);
-    kvq_ctx_free(ctx);
+    free(prompt_logits);
+    free(g.logits);
+    kvq_detok_free(g.detok);
+    kvq_sampler_free(g.sampler);
+    kvq_ctx_free(g.ctx);
+    kvq_tokenizer_free(tok);
     kvq_model_free(model);
     return rc;
 }

@@ -74,18 +74,18 @@ static void linear_task(int task, int worker, void *arg) {
         w->t->matmul[b->isa](w->t, w->data, w->row_bytes, b->x, b->n_tok, w->n, r0, r1, lj->y, w->rows);
 }
 
-/* y_j = x W_j^T for each (W_j, y_j) pair given, on every thread. One token
- * (decode) runs the float matvec, exact to float rounding. Several tokens
- * (prefill) run the integer kernels where every matrix has them: x is
- * quantized once to int8 blocks of 32 (as ggml's activations), which costs
- * accuracy (see docs/PERF.md) and buys the int8 dot products' speed;
- * exact_prefill keeps float. */
+/* y_j = x W_j^T for each (W_j, y_j) pair given, on every thread, with
+ * float activations (exact to float rounding). With int8_prefill, prompt
+ * chunks run the integer kernels where every matrix has them: x quantized
+ * once to int8 blocks of 32, as ggml does — faster, but it moves logits by
+ * about 1 on SmolLM2-135M (mean KLD 0.007, more than q8_0 KV costs), enough
+ * to change greedy answers, so it is opt-in. */
 static void linear(kvq_ctx *c, const float *x, int n_tok, const kvq_weight *w0, float *y0, const kvq_weight *w1,
                    float *y1, const kvq_weight *w2, float *y2) {
     linear_batch b = {.x = x, .n_tok = n_tok, .isa = c->isa};
     const kvq_weight *ws[3] = {w0, w1, w2};
     float *ys[3] = {y0, y1, y2};
-    int n_tasks = 0, integer = n_tok > 1 && !c->p.exact_prefill;
+    int n_tasks = 0, integer = n_tok > 1 && c->p.int8_prefill;
     for (int j = 0; j < 3 && ws[j]; j++) {
         linear_job *lj = &b.job[b.n_jobs++];
         lj->w = ws[j];

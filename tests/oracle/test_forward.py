@@ -59,7 +59,7 @@ def test_f16_kv_logits_match_reference():
         return
     ref = s["ref"]
     for batch in ("256", "7"):  # one chunk, and chunked prefill across 10 chunks
-        got = _kvq_logits(s["path"], s["ids"], "-ctk", "f16", "-ctv", "f16", "-b", batch, "--exact-prefill")
+        got = _kvq_logits(s["path"], s["ids"], "-ctk", "f16", "-ctv", "f16", "-b", batch)
         diff = np.abs(got - ref).max()
         assert diff <= F16_MAX_ABS, f"batch {batch}: max |logit diff| {diff:.4f} > {F16_MAX_ABS}"
         top2 = np.sort(ref, axis=1)[:, -2:]
@@ -74,7 +74,7 @@ def test_q8_0_kv_top1_agreement():
     if s is None:
         return
     ref = s["ref"]
-    got = _kvq_logits(s["path"], s["ids"], "-ctk", "q8_0", "-ctv", "q8_0", "-b", "16", "--exact-prefill")
+    got = _kvq_logits(s["path"], s["ids"], "-ctk", "q8_0", "-ctv", "q8_0", "-b", "16")
     same = got.argmax(1) == ref.argmax(1)
     assert same.mean() >= 0.95, f"q8_0 KV top-1 agreement {same.mean():.3f} < 0.95"
     # Measured: 3 flips in 64, all where the reference's top two are within
@@ -94,7 +94,7 @@ def _mean_kld(ref_logits, logits):
     return float((np.exp(lp) * (lp - lq)).sum(axis=1).mean())
 
 
-# Default prefill quantizes activations to int8 blocks of 32 (as ggml does);
+# --int8-prefill quantizes activations to int8 blocks of 32 (as ggml does);
 # measured on this input: mean KLD about 0.007 against the reference.
 INT8_PREFILL_MAX_KLD = 0.015
 
@@ -103,7 +103,7 @@ def test_int8_prefill_close_to_reference():
     s = _setup()
     if s is None:
         return
-    got = _kvq_logits(s["path"], s["ids"], "-ctk", "f16", "-ctv", "f16", "-b", "64")
+    got = _kvq_logits(s["path"], s["ids"], "-ctk", "f16", "-ctv", "f16", "-b", "64", "--int8-prefill")
     kld = _mean_kld(s["ref"], got)
     assert kld <= INT8_PREFILL_MAX_KLD, f"int8-activation prefill mean KLD {kld:.5f} > {INT8_PREFILL_MAX_KLD}"
     agree = (got.argmax(1) == s["ref"].argmax(1)).mean()
