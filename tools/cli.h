@@ -69,6 +69,9 @@ typedef struct cli_gen {
     volatile int *stop;           /* set (by a signal handler) to stop early */
     int32_t pending;              /* end-of-generation token sampled but not evaluated, or -1 */
     int32_t *record;              /* if set, generated ids are stored here (n_predict) */
+    char *text;                   /* if capture is set: the generated text, NUL-terminated */
+    size_t text_len, text_cap;
+    int capture;
 } cli_gen;
 
 typedef struct cli_gen_stats {

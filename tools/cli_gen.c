@@ -76,11 +76,21 @@ fail:
     return 0;
 }
 
-static void emit(const char *text, size_t len) {
-    if (len) {
-        fwrite(text, 1, len, stdout);
-        fflush(stdout);
+static void emit(cli_gen *g, const char *text, size_t len) {
+    if (!len) return;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    if (!g->capture) return;
+    if (g->text_len + len + 1 > g->text_cap) {
+        const size_t cap = (g->text_len + len + 1) * 2;
+        char *b = realloc(g->text, cap);
+        if (!b) return; /* the reply is shown; only chat history loses it */
+        g->text = b;
+        g->text_cap = cap;
     }
+    memcpy(g->text + g->text_len, text, len);
+    g->text_len += len;
+    g->text[g->text_len] = '\0';
 }
 
 int cli_generate(cli_gen *g, const int32_t *prompt, int n_prompt, int n_predict, cli_gen_stats *st) {
@@ -97,6 +107,8 @@ int cli_generate(cli_gen *g, const int32_t *prompt, int n_prompt, int n_predict,
     const char *text;
     size_t len;
     g->pending = -1;
+    g->text_len = 0;
+    if (g->text) g->text[0] = '\0';
     while (st->n_gen < n_predict && !(g->stop && *g->stop)) {
         int32_t id;
         if (kvq_sampler_sample(g->sampler, g->logits, g->n_vocab, &id) != KVQ_OK) {
@@ -111,7 +123,7 @@ int cli_generate(cli_gen *g, const int32_t *prompt, int n_prompt, int n_predict,
         }
         if (g->record) g->record[st->n_gen] = id;
         st->n_gen++;
-        if (kvq_detok_push(g->detok, id, &text, &len) == KVQ_OK) emit(text, len);
+        if (kvq_detok_push(g->detok, id, &text, &len) == KVQ_OK) emit(g, text, len);
         if (kvq_ctx_n_past(g->ctx) >= kvq_ctx_n_ctx(g->ctx)) {
             st->stopped_ctx = 1;
             break;
@@ -121,7 +133,7 @@ int cli_generate(cli_gen *g, const int32_t *prompt, int n_prompt, int n_predict,
             return 0;
         }
     }
-    if (kvq_detok_flush(g->detok, &text, &len) == KVQ_OK) emit(text, len);
+    if (kvq_detok_flush(g->detok, &text, &len) == KVQ_OK) emit(g, text, len);
     st->gen_s = cli_now() - t1;
     return 1;
 }

@@ -11,6 +11,8 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "generate from a prompt with a compressed KV cache"},
+    {"chat", cmd_chat, "interactive chat; keeps the compressed cache between turns"},
+    {"tokenize", cmd_tokenize, "text to token ids and back"},
     {"codecs", cmd_codecs, "list KV codecs: bits/value, round-trip error, encode speed"},
     {"info", cmd_info, "GGUF file: version, metadata, tensor table"},
     {"attn-bench", cmd_attn_bench, "attention over a synthetic compressed cache vs measured bandwidth"},
