@@ -170,14 +170,6 @@ void kvq_wmatmul_q_by_rows(const kvq_wtype_traits *t, kvq_wmatvec_q_fn mv, const
                            size_t row_bytes, const kvq_wxq *xq, int64_t n_tok, int64_t n,
                            int64_t r0, int64_t r1, float *y, int64_t ldy);
 
-/* Float-x matvec / matmul of integer-route types on one ISA: quantize x in
- * stack-sized pieces and run that ISA's _q kernel. */
-void kvq_wmatvec_via_q(const kvq_wtype_traits *t, kvq_isa isa, const void *w, size_t row_bytes,
-                       const float *x, int64_t n, int64_t r0, int64_t r1, float *y);
-void kvq_wmatmul_via_q(const kvq_wtype_traits *t, kvq_isa isa, const void *w, size_t row_bytes,
-                       const float *x, int64_t n_tok, int64_t n, int64_t r0, int64_t r1,
-                       float *y, int64_t ldy);
-
 void kvq_wmatvec_ref(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const float *x,
                      int64_t n, int64_t r0, int64_t r1, float *y);
 void kvq_wmatmul_ref(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const float *x,

@@ -54,9 +54,71 @@ KVQ_WQUANT(Q5_K, 256, 176)
 KVQ_WQUANT(Q6_K, 256, 210)
 #undef KVQ_WQUANT
 
-/* Values dequantized per step of matvec (a multiple of every block size,
- * small enough to stay in L1 next to x). */
-#define MV_CHUNK 256
+/* Fused float matvec of the 32-value block types, as in wtype_avx512.c:
+ * w . x = d (u . x) + c (sum of the block's x) with the codes u converted
+ * in registers and FMA'd with exact float x, block sums of x shared by
+ * every row. A block is four 8-lane vectors: values 0-7, 8-15, 16-23,
+ * 24-31. */
+#define MV_CHUNK_BLOCKS 128
+
+KVQ_TARGET_AVX2 static inline float f16_at(const uint8_t *p) { return _cvtsh_ss(kvq_load_u16(p)); }
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void nib_codes(const uint8_t *qs, __m256i u[4]) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i a = _mm256_cvtepu8_epi32(v), b = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
+    const __m256i m = _mm256_set1_epi32(15);
+    u[0] = _mm256_and_si256(a, m);
+    u[1] = _mm256_and_si256(b, m);
+    u[2] = _mm256_srli_epi32(a, 4);
+    u[3] = _mm256_srli_epi32(b, 4);
+}
+
+/* Adds 16 to code j where bit j of the 32-bit qh is set. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void with_bit4_8(__m256i u[4], const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i hv = _mm256_set1_epi32((int)h), lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int q = 0; q < 4; q++) {
+        const __m256i bit = _mm256_srlv_epi32(hv, _mm256_add_epi32(lanes, _mm256_set1_epi32(8 * q)));
+        u[q] = _mm256_or_si256(u[q], _mm256_and_si256(_mm256_slli_epi32(bit, 4), _mm256_set1_epi32(16)));
+    }
+}
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q4_0(const uint8_t *b, __m256i u[4]) { nib_codes(b + 2, u); }
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q4_1(const uint8_t *b, __m256i u[4]) { nib_codes(b + 4, u); }
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q5_0(const uint8_t *b, __m256i u[4]) {
+    nib_codes(b + 6, u);
+    with_bit4_8(u, b + 2);
+}
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q5_1(const uint8_t *b, __m256i u[4]) {
+    nib_codes(b + 8, u);
+    with_bit4_8(u, b + 4);
+}
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q8_0(const uint8_t *b, __m256i u[4]) {
+    for (int q = 0; q < 4; q++) u[q] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + 8 * q)));
+}
+#define foff_Q4_0(blk) (-8.0f * f16_at(blk))
+#define foff_Q4_1(blk) f16_at((blk) + 2)
+#define foff_Q5_0(blk) (-16.0f * f16_at(blk))
+#define foff_Q5_1(blk) f16_at((blk) + 2)
+
+/* acc + d * (u . x) for the block at b. */
+#define KVQ_WFUSED_STEP(ID)                                                                          \
+    KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 fstep_##ID(const uint8_t *b, const float *x, __m256 acc) { \
+        __m256i u[4];                                                                                \
+        fcodes_##ID(b, u);                                                                           \
+        __m256 t0 = _mm256_mul_ps(_mm256_cvtepi32_ps(u[0]), _mm256_loadu_ps(x));                     \
+        __m256 t1 = _mm256_mul_ps(_mm256_cvtepi32_ps(u[1]), _mm256_loadu_ps(x + 8));                 \
+        t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[2]), _mm256_loadu_ps(x + 16), t0);                 \
+        t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(u[3]), _mm256_loadu_ps(x + 24), t1);                 \
+        return _mm256_fmadd_ps(_mm256_add_ps(t0, t1), _mm256_set1_ps(f16_at(b)), acc);              \
+    }
+KVQ_WFUSED_STEP(Q4_0)
+KVQ_WFUSED_STEP(Q4_1)
+KVQ_WFUSED_STEP(Q5_0)
+KVQ_WFUSED_STEP(Q5_1)
+KVQ_WFUSED_STEP(Q8_0)
+#undef KVQ_WFUSED_STEP
 
 KVQ_TARGET_AVX2 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -64,6 +126,64 @@ KVQ_TARGET_AVX2 static inline float hsum(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+
+#define KVQ_WFUSED_MV(ID, BYTES)                                                                     \
+    KVQ_TARGET_AVX2 static void fmatvec_##ID(const void *w, size_t row_bytes, const float *x, int64_t n, \
+                                             int64_t r0, int64_t r1, float *y) {                    \
+        float sx[MV_CHUNK_BLOCKS]; /* (chunk blocks) sum of x over each block */                    \
+        for (int64_t c0 = 0; c0 < n / 32; c0 += MV_CHUNK_BLOCKS) {                                   \
+            const int64_t nb = n / 32 - c0 < MV_CHUNK_BLOCKS ? n / 32 - c0 : MV_CHUNK_BLOCKS;        \
+            const float *xc = x + 32 * c0;                                                           \
+            for (int64_t i = 0; i < nb; i++) {                                                       \
+                const float *xb = xc + 32 * i;                                                       \
+                sx[i] = hsum(_mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8)), \
+                                           _mm256_add_ps(_mm256_loadu_ps(xb + 16), _mm256_loadu_ps(xb + 24)))); \
+            }                                                                                        \
+            for (int64_t r = r0; r < r1; r++) {                                                      \
+                const uint8_t *b = (const uint8_t *)w + (size_t)r * row_bytes + (size_t)c0 * (BYTES); \
+                __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                      \
+                float off0 = 0, off1 = 0;                                                            \
+                int64_t i = 0;                                                                       \
+                for (; i + 2 <= nb; i += 2, b += 2 * (BYTES)) {                                      \
+                    acc0 = fstep_##ID(b, xc + 32 * i, acc0);                                         \
+                    acc1 = fstep_##ID(b + (BYTES), xc + 32 * i + 32, acc1);                          \
+                    off0 += foff_##ID(b) * sx[i];                                                    \
+                    off1 += foff_##ID(b + (BYTES)) * sx[i + 1];                                      \
+                }                                                                                    \
+                if (i < nb) {                                                                        \
+                    acc0 = fstep_##ID(b, xc + 32 * i, acc0);                                         \
+                    off0 += foff_##ID(b) * sx[i];                                                    \
+                }                                                                                    \
+                const float part = hsum(_mm256_add_ps(acc0, acc1)) + (off0 + off1);                  \
+                y[r - r0] = c0 == 0 ? part : y[r - r0] + part;                                       \
+            }                                                                                        \
+        }                                                                                            \
+    }
+KVQ_WFUSED_MV(Q4_0, 18)
+KVQ_WFUSED_MV(Q4_1, 20)
+KVQ_WFUSED_MV(Q5_0, 22)
+KVQ_WFUSED_MV(Q5_1, 24)
+#undef KVQ_WFUSED_MV
+
+KVQ_TARGET_AVX2 static void fmatvec_Q8_0(const void *w, size_t row_bytes, const float *x, int64_t n,
+                                         int64_t r0, int64_t r1, float *y) {
+    const int64_t nb = n / 32;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *b = (const uint8_t *)w + (size_t)r * row_bytes;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+        int64_t i = 0;
+        for (; i + 2 <= nb; i += 2, b += 68) {
+            acc0 = fstep_Q8_0(b, x + 32 * i, acc0);
+            acc1 = fstep_Q8_0(b + 34, x + 32 * i + 32, acc1);
+        }
+        if (i < nb) acc0 = fstep_Q8_0(b, x + 32 * i, acc0);
+        y[r - r0] = hsum(_mm256_add_ps(acc0, acc1));
+    }
+}
+
+/* Values dequantized per step of matvec for the other types (a multiple
+ * of every block size, small enough to stay in L1 next to x). */
+#define MV_CHUNK 256
 
 /* acc += a . b over len values (len a multiple of 32), four partial sums. */
 KVQ_TARGET_AVX2 static inline void dot_acc(const float *a, const float *b, int64_t len, __m256 acc[4]) {
@@ -76,9 +196,12 @@ KVQ_TARGET_AVX2 static inline void dot_acc(const float *a, const float *b, int64
 
 KVQ_TARGET_AVX2 void kvq_wmatvec_avx2(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                                       const float *x, int64_t n, int64_t r0, int64_t r1, float *y) {
-    if (t->matvec_q[KVQ_ISA_AVX2]) {
-        kvq_wmatvec_via_q(t, KVQ_ISA_AVX2, w, row_bytes, x, n, r0, r1, y);
-        return;
+    switch (t->type) {
+    case KVQ_WTYPE_Q4_0: fmatvec_Q4_0(w, row_bytes, x, n, r0, r1, y); return;
+    case KVQ_WTYPE_Q4_1: fmatvec_Q4_1(w, row_bytes, x, n, r0, r1, y); return;
+    case KVQ_WTYPE_Q5_0: fmatvec_Q5_0(w, row_bytes, x, n, r0, r1, y); return;
+    case KVQ_WTYPE_Q5_1: fmatvec_Q5_1(w, row_bytes, x, n, r0, r1, y); return;
+    case KVQ_WTYPE_Q8_0: fmatvec_Q8_0(w, row_bytes, x, n, r0, r1, y); return;
     }
     const kvq_wdequant_fn dq = t->dequant_isa[KVQ_ISA_AVX2];
     _Alignas(64) float buf[MV_CHUNK]; // (chunk) one row's dequantized values
@@ -129,10 +252,6 @@ KVQ_TARGET_AVX2 static void tile(const float *const wr[MM_ROWS], const float *co
 KVQ_TARGET_AVX2 void kvq_wmatmul_avx2(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                                       const float *x, int64_t n_tok, int64_t n, int64_t r0,
                                       int64_t r1, float *y, int64_t ldy) {
-    if (t->matmul_q[KVQ_ISA_AVX2]) {
-        kvq_wmatmul_via_q(t, KVQ_ISA_AVX2, w, row_bytes, x, n_tok, n, r0, r1, y, ldy);
-        return;
-    }
     const kvq_wdequant_fn dq = t->dequant_isa[KVQ_ISA_AVX2];
     _Alignas(64) float buf[MM_ROWS][MM_CHUNK]; // (tile rows, chunk) dequantized weights
     for (int64_t rb = r0; rb < r1; rb += MM_ROWS) {
@@ -235,9 +354,9 @@ KVQ_TARGET_AVX2 static inline __m256i codes_Q8_0(const uint8_t *b, __m256i *xv) 
     return _mm256_abs_epi8(w);
 }
 #define off_Q4_0(blk, dw) (-8.0f * (dw))
-#define off_Q4_1(blk, dw) _cvtsh_ss(kvq_load_u16((blk) + 2))
+#define off_Q4_1(blk, dw) f16_at((blk) + 2)
 #define off_Q5_0(blk, dw) (-16.0f * (dw))
-#define off_Q5_1(blk, dw) _cvtsh_ss(kvq_load_u16((blk) + 2))
+#define off_Q5_1(blk, dw) f16_at((blk) + 2)
 #define off_Q8_0(blk, dw) 0.0f
 
 #define KVQ_WMVQ(ID, BYTES)                                                                       \

@@ -126,8 +126,129 @@ KVQ_WQUANT(Q5_K, 256, 176)
 KVQ_WQUANT(Q6_K, 256, 210)
 #undef KVQ_WQUANT
 
-/* Values dequantized per step of matvec (a multiple of every block size,
- * small enough to stay in L1 next to x). */
+/* Fused float matvec of the 32-value block types. A block's weights are
+ * w[j] = d * u[j] + c with integer codes u (q4_0: c = -8 d, q5_0: -16 d,
+ * q4_1/q5_1: c = m, q8_0: signed codes, c = 0), so
+ *     w . x = d (u . x) + c (sum of the block's x):
+ * the codes are converted in registers and FMA'd with x (exact float x, no
+ * activation rounding), one FMA by d per block, and the offset terms use
+ * block sums of x computed once per call and shared by every row. That is
+ * about half the float work of dequantize-then-FMA, so one thread keeps up
+ * with memory. Rows go in k-chunks of MV_CHUNK_BLOCKS blocks to bound the
+ * sums buffer. */
+#define MV_CHUNK_BLOCKS 128
+
+KVQ_TARGET_AVX512 static inline float f16_at(const uint8_t *p) { return _cvtsh_ss(kvq_load_u16(p)); }
+
+/* Codes of values 0..15 and 16..31 of a block. */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void nib_codes(const uint8_t *qs, __m512i *u0, __m512i *u1) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
+    *u0 = _mm512_and_si512(v, _mm512_set1_epi32(15));
+    *u1 = _mm512_srli_epi32(v, 4);
+}
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void codes_Q4_0(const uint8_t *b, __m512i *u0, __m512i *u1) {
+    nib_codes(b + 2, u0, u1);
+}
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void codes_Q4_1(const uint8_t *b, __m512i *u0, __m512i *u1) {
+    nib_codes(b + 4, u0, u1);
+}
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void codes_Q5_0(const uint8_t *b, __m512i *u0, __m512i *u1) {
+    uint32_t qh;
+    memcpy(&qh, b + 2, 4);
+    nib_codes(b + 6, u0, u1);
+    *u0 = with_bit4(*u0, (__mmask16)qh);
+    *u1 = with_bit4(*u1, (__mmask16)(qh >> 16));
+}
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void codes_Q5_1(const uint8_t *b, __m512i *u0, __m512i *u1) {
+    uint32_t qh;
+    memcpy(&qh, b + 4, 4);
+    nib_codes(b + 8, u0, u1);
+    *u0 = with_bit4(*u0, (__mmask16)qh);
+    *u1 = with_bit4(*u1, (__mmask16)(qh >> 16));
+}
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void codes_Q8_0(const uint8_t *b, __m512i *u0, __m512i *u1) {
+    *u0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));
+    *u1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)));
+}
+#define off_Q4_0(blk) (-8.0f * f16_at(blk))
+#define off_Q4_1(blk) f16_at((blk) + 2)
+#define off_Q5_0(blk) (-16.0f * f16_at(blk))
+#define off_Q5_1(blk) f16_at((blk) + 2)
+
+/* acc + d * (u . x) for the block at b. */
+#define KVQ_WFUSED_STEP(ID)                                                                          \
+    KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 fstep_##ID(const uint8_t *b, const float *x, __m512 acc) { \
+        __m512i u0, u1;                                                                              \
+        codes_##ID(b, &u0, &u1);                                                                     \
+        const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(u0), _mm512_loadu_ps(x));                  \
+        return _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(u1), _mm512_loadu_ps(x + 16), t), \
+                               f16_splat(b), acc);                                                  \
+    }
+KVQ_WFUSED_STEP(Q4_0)
+KVQ_WFUSED_STEP(Q4_1)
+KVQ_WFUSED_STEP(Q5_0)
+KVQ_WFUSED_STEP(Q5_1)
+KVQ_WFUSED_STEP(Q8_0)
+#undef KVQ_WFUSED_STEP
+
+/* Two blocks per step into two vector and two scalar accumulators. */
+#define KVQ_WFUSED_MV(ID, BYTES)                                                                     \
+    KVQ_TARGET_AVX512 static void fmatvec_##ID(const void *w, size_t row_bytes, const float *x, int64_t n, \
+                                               int64_t r0, int64_t r1, float *y) {                  \
+        float sx[MV_CHUNK_BLOCKS]; /* (chunk blocks) sum of x over each block */                    \
+        for (int64_t c0 = 0; c0 < n / 32; c0 += MV_CHUNK_BLOCKS) {                                   \
+            const int64_t nb = n / 32 - c0 < MV_CHUNK_BLOCKS ? n / 32 - c0 : MV_CHUNK_BLOCKS;        \
+            const float *xc = x + 32 * c0;                                                           \
+            for (int64_t i = 0; i < nb; i++)                                                         \
+                sx[i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(xc + 32 * i),            \
+                                                           _mm512_loadu_ps(xc + 32 * i + 16)));     \
+            for (int64_t r = r0; r < r1; r++) {                                                      \
+                const uint8_t *b = (const uint8_t *)w + (size_t)r * row_bytes + (size_t)c0 * (BYTES); \
+                __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                      \
+                float off0 = 0, off1 = 0;                                                            \
+                int64_t i = 0;                                                                       \
+                for (; i + 2 <= nb; i += 2, b += 2 * (BYTES)) {                                      \
+                    acc0 = fstep_##ID(b, xc + 32 * i, acc0);                                         \
+                    acc1 = fstep_##ID(b + (BYTES), xc + 32 * i + 32, acc1);                          \
+                    off0 += off_##ID(b) * sx[i];                                                     \
+                    off1 += off_##ID(b + (BYTES)) * sx[i + 1];                                       \
+                }                                                                                    \
+                if (i < nb) {                                                                        \
+                    acc0 = fstep_##ID(b, xc + 32 * i, acc0);                                         \
+                    off0 += off_##ID(b) * sx[i];                                                     \
+                }                                                                                    \
+                const float part = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + (off0 + off1);  \
+                y[r - r0] = c0 == 0 ? part : y[r - r0] + part;                                       \
+            }                                                                                        \
+        }                                                                                            \
+    }
+KVQ_WFUSED_MV(Q4_0, 18)
+KVQ_WFUSED_MV(Q4_1, 20)
+KVQ_WFUSED_MV(Q5_0, 22)
+KVQ_WFUSED_MV(Q5_1, 24)
+#undef KVQ_WFUSED_MV
+
+/* q8_0 has no offset term: four blocks per step, four accumulators. */
+KVQ_TARGET_AVX512 static void fmatvec_Q8_0(const void *w, size_t row_bytes, const float *x, int64_t n,
+                                           int64_t r0, int64_t r1, float *y) {
+    const int64_t nb = n / 32;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *b = (const uint8_t *)w + (size_t)r * row_bytes;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+        int64_t i = 0;
+        for (; i + 4 <= nb; i += 4, b += 4 * 34) {
+            acc0 = fstep_Q8_0(b, x + 32 * i, acc0);
+            acc1 = fstep_Q8_0(b + 34, x + 32 * i + 32, acc1);
+            acc2 = fstep_Q8_0(b + 68, x + 32 * i + 64, acc2);
+            acc3 = fstep_Q8_0(b + 102, x + 32 * i + 96, acc3);
+        }
+        for (; i < nb; i++, b += 34) acc0 = fstep_Q8_0(b, x + 32 * i, acc0);
+        y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+    }
+}
+
+/* Values dequantized per step of matvec for the other types (a multiple of
+ * every block size, small enough to stay in L1 next to x). */
 #define MV_CHUNK 256
 
 KVQ_TARGET_AVX512 static inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
@@ -144,9 +265,12 @@ KVQ_TARGET_AVX512 static inline void dot_acc(const float *a, const float *b, int
 KVQ_TARGET_AVX512 void kvq_wmatvec_avx512(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                                           const float *x, int64_t n, int64_t r0, int64_t r1,
                                           float *y) {
-    if (t->matvec_q[KVQ_ISA_AVX512]) {
-        kvq_wmatvec_via_q(t, KVQ_ISA_AVX512, w, row_bytes, x, n, r0, r1, y);
-        return;
+    switch (t->type) {
+    case KVQ_WTYPE_Q4_0: fmatvec_Q4_0(w, row_bytes, x, n, r0, r1, y); return;
+    case KVQ_WTYPE_Q4_1: fmatvec_Q4_1(w, row_bytes, x, n, r0, r1, y); return;
+    case KVQ_WTYPE_Q5_0: fmatvec_Q5_0(w, row_bytes, x, n, r0, r1, y); return;
+    case KVQ_WTYPE_Q5_1: fmatvec_Q5_1(w, row_bytes, x, n, r0, r1, y); return;
+    case KVQ_WTYPE_Q8_0: fmatvec_Q8_0(w, row_bytes, x, n, r0, r1, y); return;
     }
     const kvq_wdequant_fn dq = t->dequant_isa[KVQ_ISA_AVX512];
     _Alignas(64) float buf[MV_CHUNK]; // (chunk) one row's dequantized values
@@ -197,10 +321,6 @@ KVQ_TARGET_AVX512 static void tile(const float *const wr[MM_ROWS], const float *
 KVQ_TARGET_AVX512 void kvq_wmatmul_avx512(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                                           const float *x, int64_t n_tok, int64_t n, int64_t r0,
                                           int64_t r1, float *y, int64_t ldy) {
-    if (t->matmul_q[KVQ_ISA_AVX512]) {
-        kvq_wmatmul_via_q(t, KVQ_ISA_AVX512, w, row_bytes, x, n_tok, n, r0, r1, y, ldy);
-        return;
-    }
     const kvq_wdequant_fn dq = t->dequant_isa[KVQ_ISA_AVX512];
     _Alignas(64) float buf[MM_ROWS][MM_CHUNK]; // (tile rows, chunk) dequantized weights
     for (int64_t rb = r0; rb < r1; rb += MM_ROWS) {
@@ -270,8 +390,6 @@ KVQ_TARGET_AVX512 static inline __m512i bit4_pair(__m512i u, const uint8_t *ha, 
     memcpy(&a, ha, 4), memcpy(&b, hb, 4);
     return _mm512_mask_add_epi8(u, (__mmask64)a | (__mmask64)b << 32, u, _mm512_set1_epi8(16));
 }
-
-KVQ_TARGET_AVX512 static inline float f16_at(const uint8_t *p) { return _cvtsh_ss(kvq_load_u16(p)); }
 
 /* Per type: codes of the pair (a, b) for the matvec (q8_0: |w|, with the
  * signs moved onto x), codes for the matmul (q8_0: w + 128, keeping x as
