@@ -11,6 +11,7 @@ int cmd_codecs(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_attn_bench(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Monotonic time in seconds. */
 double cli_now(void);

@@ -11,6 +11,7 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cmd_run, "generate from a prompt with a compressed KV cache"},
+    {"bench", cmd_bench, "llama-bench-style pp/tg throughput over KV configs and depths, f16 control"},
     {"codecs", cmd_codecs, "list KV codecs: bits/value, round-trip error, encode speed"},
     {"info", cmd_info, "GGUF file: version, metadata, tensor table"},
     {"attn-bench", cmd_attn_bench, "attention over a synthetic compressed cache vs measured bandwidth"},
