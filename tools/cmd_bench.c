@@ -556,22 +556,21 @@ static int write_plot(const bench *b, const char *path) {
         stats_of(c, &s);
         if (s.avg_ts + s.sd_ts > ymax) ymax = s.avg_ts + s.sd_ts;
     }
-    double lo = 0, hi = 1;
+    /* x is log10(depth); depth 0 sits at x0, with 5% padding at both ends so
+     * the end points stay off the frame. */
+    double x0 = 0, x1 = 1;
     if (dmin > 0) {
-        hi = log10(dmax);
-        const double span = hi - log10(dmin);
-        lo = log10(dmin) - (span * 0.15 > 0.5 ? span * 0.15 : 0.5);
-        if (span == 0) hi += 0.5;
+        x1 = log10(dmax);
+        const double span = x1 - log10(dmin);
+        x0 = log10(dmin) - (span * 0.15 > 0.5 ? span * 0.15 : 0.5);
     }
-    /* y ticks at 1, 2 or 5 times a power of ten, about five of them. */
+    const double lo = x0 - 0.05 * (x1 - x0), hi = x1 + 0.05 * (x1 - x0);
+    /* About five y ticks at 1, 2 or 5 times a power of ten. */
     if (ymax <= 0) ymax = 1;
-    double step = pow(10, floor(log10(ymax / 5)));
-    if (ymax / step > 25)
-        step *= 5;
-    else if (ymax / step > 10)
-        step *= 2;
+    const double raw = ymax / 5, mag = pow(10, floor(log10(raw))), norm = raw / mag;
+    const double step = (norm < 1.5 ? 1 : norm < 3.5 ? 2 : norm < 7.5 ? 5 : 10) * mag;
     const double ytop = ceil(ymax * 1.05 / step) * step;
-#define PX(d) (L + pw * (((d) > 0 ? log10(d) : lo) - lo) / (hi - lo))
+#define PX(d) (L + pw * (((d) > 0 ? log10(d) : x0) - lo) / (hi - lo))
 #define PY(v) (T + ph * (1 - (v) / ytop))
     const model_meta *mm = &b->meta[0];
     fprintf(f,
@@ -598,6 +597,17 @@ static int write_plot(const bench *b, const char *path) {
     }
     fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#333\"/>\n", L, T, pw,
             ph);
+    /* Decade ticks show the scale is logarithmic; a break mark separates 0. */
+    for (double e = ceil(log10(dmin > 0 ? dmin : 1)); dmin > 0 && e <= x1 + 1e-9; e++)
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n", PX(pow(10, e)),
+                T + ph, PX(pow(10, e)), T + ph - 6);
+    if (dmin > 0 && b->depths.v[0] == 0) {
+        const double xb = (PX(0) + PX(dmin)) / 2, yb = T + ph;
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"10\" fill=\"white\"/>\n", xb - 7, yb - 5);
+        for (int j = -1; j <= 1; j += 2)
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\"/>\n", xb + 3 * j - 3,
+                    yb + 5, xb + 3 * j + 3, yb - 5);
+    }
     fprintf(f,
             "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">KV depth (tokens in the cache, log scale; 0 at the "
             "left edge)</text>\n",
@@ -665,14 +675,17 @@ static int write_plot(const bench *b, const char *path) {
 
 /* ------------------------------------------------------------ progress */
 
-static void progress(bench *b, const char *what) {
+/* On a terminal the line is rewritten in place for every run; in a log, one
+ * line per cell (its first repetition) and per prefill. */
+static void progress(bench *b, const char *what, int log_it) {
+    if (!b->is_tty && !log_it) return;
     const double el = cli_now() - b->t_start;
     double eta = 0, mean = b->runs_done ? el / (double)b->runs_done : 0;
     const int nt = b->prompts.n + b->gens.n;
     for (int i = 0; i < nt * b->n_cfg; i++) eta += b->runs_left[i] * (b->last_run_s[i] > 0 ? b->last_run_s[i] : mean);
     if (b->prefill_tok > 0) eta += b->prefill_tok_left * b->prefill_s / b->prefill_tok;
     char line[256];
-    snprintf(line, sizeof line, "%s | %.0f s elapsed, ETA %.0f s", what, el, eta);
+    snprintf(line, sizeof line, "%s | %.1f s elapsed, ETA %.0f s", what, el, eta);
     if (b->is_tty)
         fprintf(stderr, "\r%s\033[K", line);
     else
@@ -747,7 +760,7 @@ static int bench_threads(bench *b, int mi, const kvq_model *model, int threads, 
         for (int k = 0; k < b->n_cfg; k++) {
             if (d > depth_now) {
                 snprintf(what, sizeof what, "prefill %s to depth %d", b->cfgs[k].label, d);
-                progress(b, what);
+                progress(b, what, 1);
                 const double t0 = cli_now();
                 if (kvq_ctx_eval(ctx[k], depth_tok + depth_now, d - depth_now, NULL, 0) != KVQ_OK) {
                     fail_eval(b, "prefill", &b->cfgs[k]);
@@ -790,7 +803,7 @@ static int bench_threads(bench *b, int mi, const kvq_model *model, int threads, 
                     snprintf(what, sizeof what, "cell %d/%ld rep %ld/%ld (%s, %s)", first + k + 1,
                              b->runs_total / b->reps, r + 1, b->reps, b->cfgs[k].label,
                              test_name(c, test, sizeof test));
-                    progress(b, what);
+                    progress(b, what, 1);
                     const double a0 = kvq_ctx_attn_seconds(ctx[k]);
                     const double t0 = cli_now();
                     if (is_pp) {
@@ -842,7 +855,8 @@ static int cmp_long(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Sorted ascending, duplicates dropped: contexts extend depth by depth. */
+/* Sorted ascending, duplicates dropped: contexts extend depth by depth, and
+ * a repeated value would only measure the same cell twice. */
 static void sort_unique(int_list *l) {
     qsort(l->v, (size_t)l->n, sizeof l->v[0], cmp_long);
     int n = 0;
@@ -928,6 +942,9 @@ int cmd_bench(int argc, char **argv) {
         b.threads.v[b.threads.n++] = cores > 0 ? (cores < 256 ? cores : 256) : 1;
     }
     sort_unique(&b.depths);
+    sort_unique(&b.prompts);
+    sort_unique(&b.gens);
+    sort_unique(&b.threads);
     if (max_of(&b.prompts) == 0 && max_of(&b.gens) == 0) {
         fprintf(stderr, "kvq bench: nothing to measure: every -p and -n is 0\n");
         goto done;
