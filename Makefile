@@ -46,8 +46,9 @@ $(BUILD)/kvq: $(TOOL_OBJ) $(BUILD)/libkvq.a
 
 $(BUILD)/obj/tools/%.o: CPPFLAGS := -Iinclude -D_GNU_SOURCE
 
-$(BUILD)/kvq-test: $(TEST_OBJ) $(BUILD)/libkvq.a
-	$(CC) -pthread -o $@ $(TEST_OBJ) $(BUILD)/libkvq.a $(LDLIBS)
+# tools/bench_stats.c is plain arithmetic the unit tests check.
+$(BUILD)/kvq-test: $(TEST_OBJ) $(BUILD)/obj/tools/bench_stats.o $(BUILD)/libkvq.a
+	$(CC) -pthread -o $@ $(TEST_OBJ) $(BUILD)/obj/tools/bench_stats.o $(BUILD)/libkvq.a $(LDLIBS)
 
 test: all
 	@sh tests/run.sh $(BUILD)

@@ -468,6 +468,10 @@ size_t kvq_ctx_kv_bytes(const kvq_ctx *ctx);
 size_t kvq_ctx_kv_bytes_f16(const kvq_ctx *ctx);
 /* The ISA path the context's kernels use. */
 kvq_isa kvq_ctx_isa(const kvq_ctx *ctx);
+/* Wall seconds spent in fused attention (reading the compressed cache) since
+ * the context was created; benchmarks diff it around a run to get the share
+ * of time attention takes. */
+double kvq_ctx_attn_seconds(const kvq_ctx *ctx);
 #ifdef __cplusplus
 }
 #endif

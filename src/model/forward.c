@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/threadpool.h"
@@ -21,6 +22,7 @@ struct kvq_ctx {
     kvq_isa isa;
     int n_past;
     int n_threads;
+    double attn_seconds; /* cumulative wall time inside the fused attention calls */
     /* Scratch for one chunk of up to n_batch tokens. */
     float *x;        /* (n_batch, n_embd) residual stream */
     float *xn;       /* (n_batch, n_embd) normed input of a block */
@@ -35,6 +37,13 @@ struct kvq_ctx {
 void kvq_ctx_params_default(kvq_ctx_params *p) {
     memset(p, 0, sizeof *p);
     p->centering = 1;
+}
+
+/* Monotonic seconds; a vDSO call (~20 ns), cheap next to a layer's attention. */
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* ------------------------------------------------------------ threading */
@@ -185,8 +194,10 @@ static kvq_status forward_chunk(kvq_ctx *c, const int32_t *tokens, int n, float 
             rope_apply(m, tab, k, KH);
             KVQ_FORWARD(kvq_kv_append(c->kv, il, k, v));
         }
+        const double ta = now_seconds();
         if (n == 1) KVQ_FORWARD(kvq_attn_decode(c->kv, il, c->pool, H, c->q, c->att));
         else KVQ_FORWARD(kvq_attn_prefill(c->kv, il, c->pool, n, H, c->q, c->att));
+        c->attn_seconds += now_seconds() - ta;
         linear(c, c->att, n, &L->wo, c->xn, NULL, NULL, NULL, NULL);
         for (size_t i = 0; i < (size_t)n * E; i++) c->x[i] += c->xn[i];
 
@@ -323,6 +334,7 @@ void kvq_ctx_free(kvq_ctx *c) {
 int kvq_ctx_n_past(const kvq_ctx *c) { return c ? c->n_past : 0; }
 int kvq_ctx_n_ctx(const kvq_ctx *c) { return c ? c->p.n_ctx : 0; }
 kvq_isa kvq_ctx_isa(const kvq_ctx *c) { return c ? c->isa : KVQ_ISA_REF; }
+double kvq_ctx_attn_seconds(const kvq_ctx *c) { return c ? c->attn_seconds : 0.0; }
 size_t kvq_ctx_kv_bytes(const kvq_ctx *c) { return c ? kvq_kv_bytes_used(c->kv) : 0; }
 size_t kvq_ctx_kv_bytes_f16(const kvq_ctx *c) { return c ? kvq_kv_bytes_f16(c->kv) : 0; }
 

@@ -1,0 +1,108 @@
+"""`kvq bench` on the default model with tiny sizes: the fields and their
+types, the f16 control arm, KV bytes by codec, every output format, and
+one-line errors with exit status 2 for bad flags."""
+import csv
+import io
+import json
+import os
+import subprocess
+
+import kvqlib
+
+TINY = ["-p", "8", "-n", "4", "-d", "0,32", "-r", "2", "-t", "2", "--ctk", "f16,q8_0"]
+
+FIELDS = {
+    "model_filename": str, "model_type": str, "model_size": int, "model_n_params": int,
+    "n_batch": int, "n_threads": int, "type_k": str, "type_v": str, "n_prompt": int, "n_gen": int,
+    "n_depth": int, "test_time": str, "avg_ns": (int, float), "stddev_ns": (int, float),
+    "avg_ts": float, "stddev_ts": float, "samples_ns": list, "samples_ts": list,
+    "kv_bytes": int, "kv_bytes_f16": int, "peak_rss_bytes": int, "isa": str,
+    "attn_frac": float, "cv": float,
+}
+
+
+def _bench(args, model):
+    exe = os.path.join(kvqlib.build_dir(), "kvq")
+    return subprocess.run([exe, "bench", "-m", model] + args, capture_output=True, text=True, timeout=120)
+
+
+def _model():
+    path = kvqlib.default_model()
+    if path is None:
+        print("    skip: no default model")
+    return path
+
+
+def test_bench_jsonl_fields_control_and_kv_bytes():
+    model = _model()
+    if model is None:
+        return
+    r = _bench(TINY + ["-o", "jsonl"], model)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    # 2 KV configs x 2 depths x (pp, tg).
+    assert len(rows) == 8, r.stdout
+    for row in rows:
+        for name, typ in FIELDS.items():
+            assert isinstance(row[name], typ), (name, row[name])
+        assert len(row["samples_ts"]) == 2 and len(row["samples_ns"]) == 2
+        assert row["avg_ts"] > 0 and row["avg_ns"] > 0 and 0 <= row["attn_frac"] <= 1
+        assert row["model_n_params"] > 100_000_000 and row["model_size"] > 50 << 20
+        assert row["n_threads"] == 2 and row["isa"] in ("ref", "avx2", "avx512")
+        tokens = row["n_prompt"] or row["n_gen"]
+        assert abs(row["avg_ts"] - sum(row["samples_ts"]) / 2) < 1e-3 * row["avg_ts"]
+        assert abs(tokens * 1e9 / row["samples_ns"][0] - row["samples_ts"][0]) < 1e-3 * row["samples_ts"][0]
+    configs = {(row["type_k"], row["type_v"]) for row in rows}
+    assert configs == {("f16", "f16"), ("q8_0", "f16")}, configs
+    tg32 = {row["type_k"]: row for row in rows if row["n_gen"] == 4 and row["n_depth"] == 32}
+    assert tg32["q8_0"]["kv_bytes"] < tg32["f16"]["kv_bytes"], tg32
+    assert tg32["f16"]["kv_bytes"] == tg32["f16"]["kv_bytes_f16"]
+    # Attention over a cache of 36 tokens is a visible share of decode time.
+    assert tg32["f16"]["attn_frac"] > 0
+
+
+def test_bench_adds_f16_control_and_writes_json_csv_md_plot():
+    model = _model()
+    if model is None:
+        return
+    small = ["-p", "4", "-n", "2", "-d", "0,16", "-r", "1", "-t", "2", "--kv", "q4_0"]
+    r = _bench(small + ["-o", "json"], model)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert {(x["type_k"], x["type_v"], x["kv_preset"]) for x in rows} == {("f16", "f16", None),
+                                                                         ("q4_0", "q4_0", "q4_0")}
+    r = _bench(small + ["-o", "csv"], model)
+    assert r.returncode == 0, r.stderr
+    table = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert len(table) == 8 and float(table[0]["avg_ts"]) > 0 and table[0]["type_k"] == "f16"
+    plot = os.path.join(kvqlib.build_dir(), "test_bench_plot.svg")
+    r = _bench(small + ["--plot", plot], model)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("| model | size | params | backend | threads | type_k | type_v | test | t/s |")
+    assert "pp4 @ d16" in r.stdout and "tg2 @ d16" in r.stdout
+    assert "ms per 1k KV tokens" in r.stdout and "vs f16 @ d16" in r.stdout
+    with open(plot) as f:
+        svg = f.read()
+    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    assert svg.count("<polyline") == 2 and ">q4_0</text>" in svg and ">f16/f16</text>" in svg
+    os.remove(plot)
+
+
+def test_bench_bad_flags_one_line_exit_2():
+    exe = os.path.join(kvqlib.build_dir(), "kvq")
+    bad = [["-p", "8,x"], ["-n", "-1"], ["-o", "xml"], ["--kv", "nope"], ["--bogus"], ["-r", "0"], ["-d"],
+           ["-p", "0", "-n", "0"], ["-c", "16", "-d", "32"]]
+    for args in bad:
+        r = subprocess.run([exe, "bench"] + args, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2, (args, r.returncode, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("kvq"), (args, r.stderr)
+        assert r.stdout == "", (args, r.stdout)
+    model = _model()
+    if model is None:
+        return
+    # A codec name is checked against the model before anything runs.
+    r = _bench(["-ctk", "q9_9", "-p", "4", "-n", "0"], model)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = subprocess.run([exe, "bench", "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "--n-depth" in r.stdout and "example:" in r.stdout
