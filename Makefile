@@ -24,7 +24,7 @@ LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
-.PHONY: all test clean model
+.PHONY: all test clean model demo
 all: $(BUILD)/kvq $(BUILD)/kvq-test $(BUILD)/libkvq.so
 
 $(BUILD)/obj/%.o: %.c
@@ -57,6 +57,13 @@ test: all
 # (or $KVQ_CACHE), checked against a pinned sha256.
 model:
 	@sh scripts/fetch-model.sh
+
+# The README's main job: fetch the model if absent, build, answer a question
+# with a compressed KV cache (the `auto` preset) and print speed and memory.
+DEMO_PROMPT ?= What is the capital of France? Answer in two sentences.
+demo: all
+	@sh scripts/fetch-model.sh >/dev/null
+	$(BUILD)/kvq run --kv auto --chat --temp 0 -n 96 -p "$(DEMO_PROMPT)"
 
 clean:
 	rm -rf $(BUILD)
