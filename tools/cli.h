@@ -59,6 +59,10 @@ int cli_sample_opts_parse(kvq_sampler_params *p, int argc, char **argv, int *i);
 int cli_tokenize(const kvq_tokenizer *tok, const char *text, size_t len, int add_bos, int parse_special,
                  int32_t **ids, int *n);
 
+/* The messages in the model's chat template, as a new string (its length in
+ * *len), or NULL after printing why. */
+char *cli_chat_render(const kvq_model *m, const kvq_chat_msg *msgs, int n, int add_assistant, size_t *len);
+
 /* The generation loop shared by run and chat. */
 typedef struct cli_gen {
     kvq_ctx *ctx;

@@ -150,3 +150,14 @@ void cli_print_stats(const cli_gen *g, const cli_model_opts *o, const cli_gen_st
     if (st->stopped_ctx)
         fprintf(stderr, "kvq: stopped: the context is full (%d tokens); raise -c\n", kvq_ctx_n_ctx(g->ctx));
 }
+
+char *cli_chat_render(const kvq_model *m, const kvq_chat_msg *msgs, int n, int add_assistant, size_t *len) {
+    kvq_chat_apply(m, msgs, n, add_assistant, NULL, 0, len);
+    char *buf = malloc(*len + 1);
+    if (!buf || kvq_chat_apply(m, msgs, n, add_assistant, buf, *len + 1, len) != KVQ_OK) {
+        fprintf(stderr, "kvq: chat template: %s\n", buf ? kvq_last_error() : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}

@@ -60,18 +60,6 @@ static void history_clear(history *h, int keep) {
     h->n = keep;
 }
 
-/* The chat text for the messages, or NULL after printing why. */
-static char *render(const kvq_model *m, const history *h, int add_assistant, size_t *len) {
-    kvq_chat_apply(m, h->msgs, h->n, add_assistant, NULL, 0, len);
-    char *buf = malloc(*len + 1);
-    if (!buf || kvq_chat_apply(m, h->msgs, h->n, add_assistant, buf, *len + 1, len) != KVQ_OK) {
-        fprintf(stderr, "kvq chat: %s\n", buf ? kvq_last_error() : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
-
 int cmd_chat(int argc, char **argv) {
     cli_model_opts o;
     cli_model_opts_init(&o);
@@ -162,8 +150,8 @@ int cmd_chat(int argc, char **argv) {
          * closing "<|im_end|>\n", which the new text supplies). */
         size_t before_len = 0, after_len = 0;
         free(before);
-        before = turns ? render(model, &h, 0, &before_len) : strdup("");
-        if (!before || !history_add(&h, "user", line) || !(after = render(model, &h, 1, &after_len))) goto done;
+        before = turns ? cli_chat_render(model, h.msgs, h.n, 0, &before_len) : strdup("");
+        if (!before || !history_add(&h, "user", line) || !(after = cli_chat_render(model, h.msgs, h.n, 1, &after_len))) goto done;
         static const char close_turn[] = "<|im_end|>\n";
         size_t cached = before_len;
         if (turns && cached >= sizeof close_turn - 1) cached -= sizeof close_turn - 1;

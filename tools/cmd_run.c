@@ -82,13 +82,8 @@ static int prompt_tokens(const kvq_model *model, const kvq_tokenizer *tok, const
     if (!chat) return cli_tokenize(tok, text, text_len, -1, 0, ids, n);
     const kvq_chat_msg msg = {"user", text};
     size_t need = 0;
-    kvq_chat_apply(model, &msg, 1, 1, NULL, 0, &need);
-    char *formatted = malloc(need + 1);
-    if (!formatted || kvq_chat_apply(model, &msg, 1, 1, formatted, need + 1, &need) != KVQ_OK) {
-        fprintf(stderr, "kvq run: --chat: %s\n", formatted ? kvq_last_error() : "out of memory");
-        free(formatted);
-        return 0;
-    }
+    char *formatted = cli_chat_render(model, &msg, 1, 1, &need);
+    if (!formatted) return 0;
     const int ok = cli_tokenize(tok, formatted, need, 0, 1, ids, n);
     free(formatted);
     return ok;
