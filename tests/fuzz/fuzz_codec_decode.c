@@ -58,11 +58,30 @@ static void check_encode(kvq_codec *c, const float *x, const float *mean, uint8_
     FUZZ_REQUIRE(all_finite(y, d), "%s: accepted row decodes to non-finite values", name);
 }
 
+/* Codecs are made once per (codec, head_dim) and kept: building rotations
+ * and QJL sketches dominates a run otherwise. Each run resets what it sets
+ * (ISA, mean). The cache is reachable until exit, so it is no leak. */
+#define N_DIMS (KVQ_MAX_HEAD_DIM / 32)
+static kvq_codec **cache; // (2 * codec count, N_DIMS); NULL = not made yet
+
+static kvq_codec *cached_codec(const char *name, int pick, int d) {
+    if (!cache) {
+        cache = calloc((size_t)(2 * kvq_codec_count() * N_DIMS), sizeof *cache);
+        FUZZ_REQUIRE(cache, "out of memory");
+    }
+    kvq_codec **slot = &cache[pick * N_DIMS + d / 32 - 1];
+    if (!*slot && kvq_codec_create(name, d, 0x5eed, slot) != KVQ_OK) {
+        FUZZ_REQUIRE(pick >= kvq_codec_count(), "%s at head_dim %d refused: %s", name, d, kvq_last_error());
+        return NULL;
+    }
+    return *slot;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < HEADER) return 0;
     const int n_codecs = kvq_codec_count();
     const int pick = data[0] % (2 * n_codecs);
-    const int d = 32 * (1 + data[1] % (KVQ_MAX_HEAD_DIM / 32));
+    const int d = 32 * (1 + data[1] % N_DIMS);
     const kvq_isa isa = (kvq_isa)((data[2] & 3) % KVQ_ISA_COUNT);
     const int centered = (data[2] >> 2) & 1;
     const uint8_t *payload = data + HEADER;
@@ -71,12 +90,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     char name[64];
     snprintf(name, sizeof name, "%s%s", kvq_codec_name_at(pick % n_codecs), pick >= n_codecs ? "+qjl" : "");
-    kvq_codec *c = NULL;
-    if (kvq_codec_create(name, d, 0x5eed, &c) != KVQ_OK) {
-        FUZZ_REQUIRE(pick >= n_codecs, "%s at head_dim %d refused: %s", name, d, kvq_last_error());
-        return 0; /* +qjl on a plain codec */
-    }
-    if (kvq_isa_supported(isa)) FUZZ_REQUIRE(kvq_codec_set_isa(c, isa) == KVQ_OK, "%s set_isa", name);
+    kvq_codec *c = cached_codec(name, pick, d);
+    if (!c) return 0; /* +qjl on a plain codec */
+    FUZZ_REQUIRE(kvq_codec_set_isa(c, kvq_isa_supported(isa) ? isa : kvq_isa_default()) == KVQ_OK, "%s set_isa",
+                 name);
+    FUZZ_REQUIRE(kvq_codec_set_mean(c, NULL) == KVQ_OK, "%s clear mean", name);
     const size_t rb = kvq_codec_row_bytes(c);
 
     /* Exact-size heap buffers, so the sanitizers see any overrun. */
@@ -118,6 +136,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(y);
     free(mean);
     free(zero_y);
-    kvq_codec_free(c);
     return 0;
 }

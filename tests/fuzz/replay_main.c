@@ -52,6 +52,9 @@ static int run_file(const char *path) {
     return 1;
 }
 
+/* File-scope, so that LeakSanitizer in a child sees the list as reachable. */
+static char **names; // (files in the directory)
+
 static int by_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -69,7 +72,7 @@ int main(int argc, char **argv) {
             failed++;
             continue;
         }
-        char **names = NULL;
+        names = NULL;
         size_t n = 0;
         struct dirent *e;
         while ((e = readdir(dir))) {
