@@ -54,6 +54,9 @@ $(BUILD)/obj/tools/%.o: CPPFLAGS := -Iinclude -D_GNU_SOURCE
 $(BUILD)/kvq-test: $(TEST_OBJ) $(BUILD)/libkvq.a
 	$(CC) $(LDFLAGS) -pthread -o $@ $(TEST_OBJ) $(BUILD)/libkvq.a $(LDLIBS)
 
+# Reached only through pattern rules: keep them so rebuilds are incremental.
+.SECONDARY: $(FUZZ_NAMES:%=$(BUILD)/obj/tests/fuzz/%.o) $(BUILD)/obj/tests/fuzz/replay_main.o
+
 $(BUILD)/fuzz-replay/%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/replay_main.o $(BUILD)/libkvq.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS)
@@ -113,9 +116,6 @@ fuzz-build:
 		CFLAGS="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN)" LDFLAGS="-fsanitize=fuzzer $(FUZZ_SAN)" fuzz-targets
 
 fuzz-targets: $(FUZZ_NAMES:%=$(BUILD)/%)
-
-# Reached only through pattern rules: keep them so rebuilds are incremental.
-.PRECIOUS: $(BUILD)/obj/tests/fuzz/%.o
 
 $(BUILD)/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/libkvq.a
 	$(CC) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS)
