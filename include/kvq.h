@@ -93,7 +93,8 @@ kvq_status kvq_isa_parse(const char *name, kvq_isa *out);
  * - every quantized codec (all others) needs finite input: a row holding NaN
  *   or +-Inf is refused with KVQ_ERR_NONFINITE, and one whose scale would
  *   overflow fp16 (|x| beyond about 65504 times the codec's largest level)
- *   with KVQ_ERR_RANGE; in both cases dst is filled with the encoding of an
+ *   with KVQ_ERR_RANGE (so is a +qjl row whose residual norm would overflow
+ *   fp16); in both cases dst is filled with the encoding of an
  *   all-zero row, so nothing undefined is ever stored.
  * - zero rows, constant rows and denormals are valid: a block whose scale
  *   rounds to zero in fp16 is stored as zero.

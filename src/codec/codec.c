@@ -161,7 +161,7 @@ kvq_status kvq_codec_set_mean(kvq_codec *c, const float *mean) {
 
 /* QJL residual part: sign bits of S r (bit set = non-negative) then ||r|| as
  * fp16, where r is the centered row minus its base decoding. */
-static void qjl_encode(const kvq_codec *c, const float *xc, const void *base_row, uint8_t *dst) {
+static kvq_status qjl_encode(const kvq_codec *c, const float *xc, const void *base_row, uint8_t *dst) {
     const int d = c->head_dim;
     float r[KVQ_MAX_HEAD_DIM];
     c->decode(c, base_row, r);
@@ -177,7 +177,13 @@ static void qjl_encode(const kvq_codec *c, const float *xc, const void *base_row
         for (int j = 0; j < d; j++) dot += s[j] * r[j];
         if (dot >= 0) dst[i / 8] |= (uint8_t)(1u << (i % 8));
     }
-    kvq_store_u16(dst + d / 8, kvq_f32_to_f16((float)sqrt(norm2)));
+    /* A row the base codec accepts can still leave a residual whose norm
+     * overflows fp16 (values near the base scale's limit): an Inf norm
+     * would decode to Inf, so such a row is refused like a base overflow. */
+    const uint16_t norm = kvq_f32_to_f16((float)sqrt(norm2));
+    if ((norm & 0x7FFFu) >= 0x7C00u) return KVQ_ERR_RANGE;
+    kvq_store_u16(dst + d / 8, norm);
+    return KVQ_OK;
 }
 
 /* Adds the unbiased residual estimate sqrt(pi/2)/d * ||r|| * S^T sign(S r). */
@@ -206,6 +212,7 @@ kvq_status kvq_codec_encode_row(const kvq_codec *c, const float *x, void *dst) {
             if (!all_finite(xc, d)) s = KVQ_ERR_RANGE;
         }
         if (s == KVQ_OK) s = c->encode(c, xc, dst);
+        if (s == KVQ_OK && c->qjl) s = qjl_encode(c, xc, dst, (uint8_t *)dst + c->base_bytes);
         if (s != KVQ_OK) {
             memset(centered, 0, sizeof(float) * (size_t)d);
             c->encode(c, centered, dst);
@@ -215,7 +222,6 @@ kvq_status kvq_codec_encode_row(const kvq_codec *c, const float *x, void *dst) {
                        : kvq_fail(s, "codec %s: row values too large for the fp16 scale; stored as zeros",
                                   c->name);
         }
-        if (c->qjl) qjl_encode(c, xc, dst, (uint8_t *)dst + c->base_bytes);
         return KVQ_OK;
     }
     if (c->mean) {

@@ -1,5 +1,5 @@
 /* test.h — a small test harness: tests register themselves, so adding a
- * file adds its tests. Run `build/kvq-test [substring]`. */
+ * file adds its tests. Run `build/kvq-test [substring...]` (tests whose name holds any). */
 #ifndef KVQ_TEST_H
 #define KVQ_TEST_H
 

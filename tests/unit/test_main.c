@@ -67,13 +67,20 @@ static int by_name(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* With no filters every test runs; else those whose name contains any. */
+static int selected(const char *name, int n_filters, char **filters) {
+    for (int k = 0; k < n_filters; k++)
+        if (strstr(name, filters[k])) return 1;
+    return n_filters == 0;
+}
+
 int main(int argc, char **argv) {
-    const char *filter = argc > 1 ? argv[1] : NULL;
+
     /* Constructor order is unspecified: sort for a stable run order. */
     qsort(tests, (size_t)n_tests, sizeof tests[0], by_name);
     int passed = 0, failed = 0;
     for (int i = 0; i < n_tests; i++) {
-        if (filter && !strstr(tests[i].name, filter)) continue;
+        if (!selected(tests[i].name, argc - 1, argv + 1)) continue;
         current_failed = 0;
         fflush(stdout);
         tests[i].fn();

@@ -68,3 +68,25 @@ TEST(qjl_removes_inner_product_bias) {
         CHECKF(fabs(m1) < 3 * se1, "%s: mean ip error %.4g, se %.4g: biased", q, m1, se1);
     }
 }
+
+/* A row the base codec accepts whose residual norm overflows fp16 (found by
+ * fuzzing: iq4_nl's level nearest 0 is 1, so the zeros of a block scaled
+ * to 34400 each leave a residual of 34400). Refused with KVQ_ERR_RANGE and
+ * stored as the zero row, never as an Inf norm that decodes to Inf. */
+TEST(qjl_norm_overflow_refused) {
+    const int d = 64;
+    kvq_codec *c = NULL, *base = NULL;
+    CHECK_OK(kvq_codec_create("iq4_nl+qjl", d, 1, &c));
+    CHECK_OK(kvq_codec_create("iq4_nl", d, 1, &base));
+    float x[64] = {-4.37e6f}, zero[64] = {0}, y[64];
+    uint8_t row[128], zero_row[128];
+    CHECK(kvq_codec_row_bytes(c) <= sizeof row);
+    CHECK_OK(kvq_codec_encode_row(base, x, row));
+    CHECK(kvq_codec_encode_row(c, x, row) == KVQ_ERR_RANGE);
+    CHECK_OK(kvq_codec_decode_row(c, row, y));
+    CHECK_OK(kvq_codec_encode_row(c, zero, zero_row));
+    for (int i = 0; i < d; i++) CHECKF(y[i] == 0.0f, "y[%d] = %g", i, y[i]);
+    CHECK(memcmp(row, zero_row, kvq_codec_row_bytes(base)) == 0);
+    kvq_codec_free(c);
+    kvq_codec_free(base);
+}

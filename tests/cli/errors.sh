@@ -1,0 +1,74 @@
+#!/bin/sh
+# Bad command lines: each must exit with the given status and print, as
+# the first line of stderr, one error line from kvq that holds the given
+# text, and no sanitizer report (run under build-asan by `make sanitize`).
+# Closes with "N passed, N failed". Usage: tests/cli/errors.sh [BUILD_DIR]
+#
+# To add a case, add a line to the table: STATUS|TEXT|ARGS. ARGS are split
+# on spaces; @DIR@ is a scratch directory holding the fixtures below.
+build=${1:-build}
+kvq="$build/kvq"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+
+# Fixtures: an empty file, a directory, a GGUF cut mid-way through its tensor
+# table, and one cut inside its tensor data.
+gguf=tests/fuzz/corpus/fuzz_gguf/valid-v3.gguf
+: >"$dir/empty.gguf"
+mkdir "$dir/a-directory.gguf"
+head -c 700 "$gguf" >"$dir/cut-header.gguf"
+head -c $(($(wc -c <"$gguf") - 1)) "$gguf" >"$dir/cut-data.gguf"
+
+cases='
+2|unknown command '"'"'frobnicate'"'"'|frobnicate
+2|--head-dim 33 is not a multiple of 32|codecs --head-dim 33
+2|--head-dim: '"'"'abc'"'"' is not a whole number|codecs --head-dim abc
+2|--head-dim: '"'"'16'"'"' is not a whole number in [32, 512]|codecs --head-dim 16
+2|--head-dim: '"'"'544'"'"' is not a whole number in [32, 512]|codecs --head-dim 544
+2|--head-dim: '"'"'99999999999999999999'"'"' is not a whole number|codecs --head-dim 99999999999999999999
+2|--head-dim needs a value|codecs --head-dim
+2|-o takes md or json, not '"'"'xml'"'"'|codecs -o xml
+2|-o takes md or json|codecs -o
+2|unknown option '"'"'--bogus'"'"'|codecs --bogus
+2|unknown option '"'"'--bogus'"'"'|info --bogus
+2|-m needs a file|info -m
+1|cannot open '"'"'/nonexistent/model.gguf'"'"': No such file or directory|info -m /nonexistent/model.gguf
+1|is not a regular file|info -m @DIR@/a-directory.gguf
+1|fewer than a GGUF header|info --model @DIR@/empty.gguf
+1|truncated|info -m @DIR@/cut-header.gguf
+1|beyond end of file|info -m @DIR@/cut-data.gguf
+'
+
+pass=0
+fail=0
+while IFS='|' read -r want text args; do
+    [ -n "$want" ] || continue
+    args=$(printf '%s' "$args" | sed "s|@DIR@|$dir|g")
+    # shellcheck disable=SC2086 # the table's args are meant to split
+    "$kvq" $args >/dev/null 2>"$dir/stderr"
+    rc=$?
+    first=$(head -n 1 "$dir/stderr")
+    why=
+    if [ "$rc" -ne "$want" ]; then
+        why="exit $rc, want $want"
+    elif grep -qE 'Sanitizer|runtime error:' "$dir/stderr"; then
+        why="sanitizer report"
+    elif ! printf '%s\n' "$first" | grep -q '^kvq'; then
+        why="first stderr line is not kvq's error: $first"
+    elif ! printf '%s\n' "$first" | grep -qF -- "$text"; then
+        why="error line lacks '$text': $first"
+    fi
+    if [ -z "$why" ]; then
+        echo "ok   kvq $args"
+        echo "       $first"
+        pass=$((pass + 1))
+    else
+        echo "FAIL kvq $args: $why"
+        sed 's/^/       /' "$dir/stderr" | head -n 20
+        fail=$((fail + 1))
+    fi
+done <<EOT
+$cases
+EOT
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

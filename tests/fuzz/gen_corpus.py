@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets into tests/fuzz/corpus/.
+
+Seeds are small valid inputs (so the fuzzer starts from deep inside the
+parsers) plus a few edge cases. Deterministic; standard library only.
+Usage: python3 tests/fuzz/gen_corpus.py [OUT_DIR]   (then commit the files)
+Regression inputs (fixed crashes) live beside the seeds as crash-*; this
+script leaves them alone.
+"""
+import math
+import os
+import random
+import struct
+import sys
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus")
+
+# GGUF value types and ggml tensor types (numbers from the formats).
+U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
+SCALAR_FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f",
+              BOOL: "<?", U64: "<Q", I64: "<q", F64: "<d"}
+# ggml type id -> (values per block, bytes per block)
+GGML = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+        12: (256, 144), 13: (256, 176), 14: (256, 210), 30: (1, 2)}
+
+
+def gstr(s, version):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q" if version >= 2 else "<I", len(b)) + b
+
+
+def value(vtype, v, version):
+    if vtype == STRING:
+        return gstr(v, version)
+    if vtype == ARRAY:
+        elem, items = v
+        out = struct.pack("<IQ", elem, len(items))
+        return out + b"".join(value(elem, x, version) for x in items)
+    return struct.pack(SCALAR_FMT[vtype], v)
+
+
+def gguf(kvs, tensors, version=3, alignment=32, rng=None):
+    """kvs: [(key, type, value)]; tensors: [(name, ggml_type, dims)]."""
+    rng = rng or random.Random(0)
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for key, vtype, v in kvs:
+        head += gstr(key, version) + struct.pack("<I", vtype) + value(vtype, v, version)
+    data = b""
+    for name, ttype, dims in tensors:
+        bs, bb = GGML[ttype]
+        n = math.prod(dims)
+        nbytes = n // bs * bb
+        data += b"\0" * (-len(data) % alignment)
+        head += gstr(name, version) + struct.pack("<I", len(dims))
+        head += b"".join(struct.pack("<Q", d) for d in dims)
+        head += struct.pack("<IQ", ttype, len(data))
+        data += bytes(rng.getrandbits(8) for _ in range(nbytes))
+    head += b"\0" * (-len(head) % alignment)
+    return head + data
+
+
+def write(target, name, blob):
+    d = os.path.join(OUT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(blob)
+
+
+def gguf_seeds():
+    kvs = [
+        ("general.architecture", STRING, "llama"),
+        ("general.alignment", U32, 32),
+        ("llama.block_count", U32, 2),
+        ("llama.context_length", U64, 2048),
+        ("llama.rope.freq_base", F32, 10000.0),
+        ("llama.attention.layer_norm_rms_epsilon", F64, 1e-5),
+        ("general.flag", BOOL, True),
+        ("i8", I8, -3), ("u8", U8, 200), ("i16", I16, -300), ("u16", U16, 60000),
+        ("i32", I32, -70000), ("i64", I64, -2**40),
+        ("tokenizer.ggml.tokens", ARRAY, (STRING, ["<s>", "a b", "", "\n\"\\\x01", "\u00e9t\u00e9"])),
+        ("tokenizer.ggml.scores", ARRAY, (F32, [0.0, -1.5, float("-inf"), 3e38])),
+        ("tokenizer.ggml.token_type", ARRAY, (I32, [3, 1, 1, 6, -7])),
+        ("nested", ARRAY, (ARRAY, [(U8, [1, 2]), (STRING, ["x"])])),
+    ]
+    tensors = [
+        ("token_embd.weight", 8, [64, 3]),
+        ("norm.weight", 0, [64]),
+        ("blk.0.attn_q.weight", 3, [64, 2]),
+        ("blk.0.ffn_down.weight", 12, [256, 1]),
+        ("blk.0.ffn_up.weight", 14, [256, 1]),
+        ("half", 1, [32, 2]),
+        ("bf", 30, [2, 3, 4, 1]),
+    ]
+    full = gguf(kvs, tensors)
+    write("fuzz_gguf", "valid-v3.gguf", full)
+    write("fuzz_gguf", "valid-v2.gguf", gguf(kvs, tensors, version=2))
+    write("fuzz_gguf", "no-alignment-key.gguf", gguf(kvs[:1] + kvs[2:5], tensors[:3]))
+    align64 = [("general.alignment", U32, 64)]
+    write("fuzz_gguf", "align64.gguf", gguf(align64, [("a", 2, [32, 2]), ("b", 6, [64])], alignment=64))
+    write("fuzz_gguf", "q5-types.gguf", gguf(kvs[:2], [("q50", 6, [32]), ("q51", 7, [64]), ("q5k", 13, [256])]))
+    write("fuzz_gguf", "kv-only.gguf", gguf(kvs, []))
+    write("fuzz_gguf", "empty-header.gguf", gguf([], []))
+    write("fuzz_gguf", "truncated.gguf", full[: len(full) // 3])
+    write("fuzz_gguf", "bad-magic.gguf", b"GGUG" + full[4:200])
+
+
+def codec_seeds(n_codecs=18):
+    rng = random.Random(1)
+
+    def floats(values):
+        return struct.pack("<%df" % len(values), *values)
+
+    def gauss(n, scale=1.0):
+        return [rng.gauss(0, 1) * scale for _ in range(n)]
+
+    # Header: codec index (+n_codecs for +qjl), head_dim selector (d = 32 *
+    # (1 + b)), flags (bits 0-1 ISA, bit 2 centering).
+    for i in range(n_codecs):
+        write("fuzz_codec_decode", "codec%02d-d64" % i, bytes([i, 1, 2]) + floats(gauss(128)))
+    for i in (3, 9, 12):
+        write("fuzz_codec_decode", "codec%02d-qjl-d128" % i, bytes([i + n_codecs, 3, 2]) + floats(gauss(128)))
+    write("fuzz_codec_decode", "q8_0-ref-centered", bytes([3, 0, 4]) + floats(gauss(32)))
+    write("fuzz_codec_decode", "turbo3-avx2-d512", bytes([10, 15, 1]) + floats(gauss(512, 3.0)))
+    write("fuzz_codec_decode", "q4_0-nan", bytes([4, 0, 2]) + floats([float("nan")] + gauss(31)))
+    write("fuzz_codec_decode", "iso3-inf", bytes([12, 0, 2]) + floats(gauss(31) + [float("-inf")]))
+    write("fuzz_codec_decode", "q4_1-huge", bytes([5, 0, 2]) + floats([3e38] + gauss(31)))
+    write("fuzz_codec_decode", "turbo4-denormal", bytes([11, 0, 2]) + floats([1e-40] * 32))
+    write("fuzz_codec_decode", "f16-overflow", bytes([1, 0, 2]) + floats([1e6, -1e6] + gauss(30)))
+    write("fuzz_codec_decode", "q5_1-ones", bytes([7, 0, 2]) + b"\xff" * 128)
+
+
+def wtype_seeds():
+    rng = random.Random(2)
+    # Header: weight type index (table order of src/model/wtypes.def), ISA.
+    blocks = [(1, 4), (1, 2), (32, 18), (32, 20), (32, 22), (32, 24), (32, 34),
+              (256, 144), (256, 176), (256, 210), (1, 2)]
+    for i, (bs, bb) in enumerate(blocks):
+        n_blocks = max(1, 64 // bs) * 2
+        body = bytearray(rng.getrandbits(8) for _ in range(n_blocks * bb))
+        # Small fp16 scales (0x2c00 = 0.0625) where the block has them first.
+        if bs > 1:
+            for b in range(n_blocks):
+                body[b * bb:b * bb + 2] = b"\x00\x2c"
+        write("fuzz_wtype", "type%02d" % i, bytes([i, 2]) + bytes(body))
+    write("fuzz_wtype", "q4_k-nan-scales-avx2", bytes([7, 1]) + b"\xff" * 144 * 2)
+    write("fuzz_wtype", "q8_0-ref-partial", bytes([6, 0]) + bytes(range(50)))
+
+
+if __name__ == "__main__":
+    gguf_seeds()
+    codec_seeds()
+    wtype_seeds()
