@@ -175,14 +175,14 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void codes_Q8_0(const uint8_t *b, __m
 #define off_Q5_0(blk) (-16.0f * f16_at(blk))
 #define off_Q5_1(blk) f16_at((blk) + 2)
 
-/* acc + d * (u . x) for the block at b. */
+/* acc + d * (u . x) for the block at b, x0/x1 its 32 values of x. */
 #define KVQ_WFUSED_STEP(ID)                                                                          \
-    KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 fstep_##ID(const uint8_t *b, const float *x, __m512 acc) { \
+    KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 fstep_##ID(const uint8_t *b, __m512 x0, __m512 x1, \
+                                                                 __m512 acc) {                       \
         __m512i u0, u1;                                                                              \
         codes_##ID(b, &u0, &u1);                                                                     \
-        const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(u0), _mm512_loadu_ps(x));                  \
-        return _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(u1), _mm512_loadu_ps(x + 16), t), \
-                               f16_splat(b), acc);                                                  \
+        const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(u0), x0);                                  \
+        return _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(u1), x1, t), f16_splat(b), acc);   \
     }
 KVQ_WFUSED_STEP(Q4_0)
 KVQ_WFUSED_STEP(Q4_1)
@@ -191,7 +191,9 @@ KVQ_WFUSED_STEP(Q5_1)
 KVQ_WFUSED_STEP(Q8_0)
 #undef KVQ_WFUSED_STEP
 
-/* Two blocks per step into two vector and two scalar accumulators. */
+/* Two rows at a time share every load of x and its block sums; per row
+ * two vector accumulators (even / odd blocks) and one scalar one. An odd
+ * last row pairs with itself and is written once. */
 #define KVQ_WFUSED_MV(ID, BYTES)                                                                     \
     KVQ_TARGET_AVX512 static void fmatvec_##ID(const void *w, size_t row_bytes, const float *x, int64_t n, \
                                                int64_t r0, int64_t r1, float *y) {                  \
@@ -202,23 +204,38 @@ KVQ_WFUSED_STEP(Q8_0)
             for (int64_t i = 0; i < nb; i++)                                                         \
                 sx[i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(xc + 32 * i),            \
                                                            _mm512_loadu_ps(xc + 32 * i + 16)));     \
-            for (int64_t r = r0; r < r1; r++) {                                                      \
-                const uint8_t *b = (const uint8_t *)w + (size_t)r * row_bytes + (size_t)c0 * (BYTES); \
-                __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                      \
-                float off0 = 0, off1 = 0;                                                            \
+            for (int64_t r = r0; r < r1; r += 2) {                                                   \
+                const int two = r + 1 < r1;                                                          \
+                const uint8_t *a = (const uint8_t *)w + (size_t)r * row_bytes + (size_t)c0 * (BYTES); \
+                const uint8_t *b = two ? a + row_bytes : a;                                          \
+                __m512 aa0 = _mm512_setzero_ps(), aa1 = aa0, ab0 = aa0, ab1 = aa0;                   \
+                float oa = 0, ob = 0;                                                                \
                 int64_t i = 0;                                                                       \
-                for (; i + 2 <= nb; i += 2, b += 2 * (BYTES)) {                                      \
-                    acc0 = fstep_##ID(b, xc + 32 * i, acc0);                                         \
-                    acc1 = fstep_##ID(b + (BYTES), xc + 32 * i + 32, acc1);                          \
-                    off0 += off_##ID(b) * sx[i];                                                     \
-                    off1 += off_##ID(b + (BYTES)) * sx[i + 1];                                       \
+                for (; i + 2 <= nb; i += 2) {                                                        \
+                    const float *xb = xc + 32 * i;                                                   \
+                    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);            \
+                    const __m512 x2 = _mm512_loadu_ps(xb + 32), x3 = _mm512_loadu_ps(xb + 48);       \
+                    const uint8_t *pa = a + i * (BYTES), *pb = b + i * (BYTES);                      \
+                    aa0 = fstep_##ID(pa, x0, x1, aa0);                                               \
+                    ab0 = fstep_##ID(pb, x0, x1, ab0);                                               \
+                    aa1 = fstep_##ID(pa + (BYTES), x2, x3, aa1);                                     \
+                    ab1 = fstep_##ID(pb + (BYTES), x2, x3, ab1);                                     \
+                    oa += off_##ID(pa) * sx[i] + off_##ID(pa + (BYTES)) * sx[i + 1];                 \
+                    ob += off_##ID(pb) * sx[i] + off_##ID(pb + (BYTES)) * sx[i + 1];                 \
                 }                                                                                    \
                 if (i < nb) {                                                                        \
-                    acc0 = fstep_##ID(b, xc + 32 * i, acc0);                                         \
-                    off0 += off_##ID(b) * sx[i];                                                     \
+                    const __m512 x0 = _mm512_loadu_ps(xc + 32 * i), x1 = _mm512_loadu_ps(xc + 32 * i + 16); \
+                    aa0 = fstep_##ID(a + i * (BYTES), x0, x1, aa0);                                  \
+                    ab0 = fstep_##ID(b + i * (BYTES), x0, x1, ab0);                                  \
+                    oa += off_##ID(a + i * (BYTES)) * sx[i];                                         \
+                    ob += off_##ID(b + i * (BYTES)) * sx[i];                                         \
                 }                                                                                    \
-                const float part = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + (off0 + off1);  \
-                y[r - r0] = c0 == 0 ? part : y[r - r0] + part;                                       \
+                const float pa = _mm512_reduce_add_ps(_mm512_add_ps(aa0, aa1)) + oa;                 \
+                y[r - r0] = c0 == 0 ? pa : y[r - r0] + pa;                                           \
+                if (two) {                                                                           \
+                    const float pb = _mm512_reduce_add_ps(_mm512_add_ps(ab0, ab1)) + ob;             \
+                    y[r + 1 - r0] = c0 == 0 ? pb : y[r + 1 - r0] + pb;                               \
+                }                                                                                    \
             }                                                                                        \
         }                                                                                            \
     }
@@ -228,22 +245,31 @@ KVQ_WFUSED_MV(Q5_0, 22)
 KVQ_WFUSED_MV(Q5_1, 24)
 #undef KVQ_WFUSED_MV
 
-/* q8_0 has no offset term: four blocks per step, four accumulators. */
+/* q8_0 has no offset term: two rows sharing x, two blocks per step. */
 KVQ_TARGET_AVX512 static void fmatvec_Q8_0(const void *w, size_t row_bytes, const float *x, int64_t n,
                                            int64_t r0, int64_t r1, float *y) {
     const int64_t nb = n / 32;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *b = (const uint8_t *)w + (size_t)r * row_bytes;
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int64_t r = r0; r < r1; r += 2) {
+        const int two = r + 1 < r1;
+        const uint8_t *a = (const uint8_t *)w + (size_t)r * row_bytes, *b = two ? a + row_bytes : a;
+        __m512 aa0 = _mm512_setzero_ps(), aa1 = aa0, ab0 = aa0, ab1 = aa0;
         int64_t i = 0;
-        for (; i + 4 <= nb; i += 4, b += 4 * 34) {
-            acc0 = fstep_Q8_0(b, x + 32 * i, acc0);
-            acc1 = fstep_Q8_0(b + 34, x + 32 * i + 32, acc1);
-            acc2 = fstep_Q8_0(b + 68, x + 32 * i + 64, acc2);
-            acc3 = fstep_Q8_0(b + 102, x + 32 * i + 96, acc3);
+        for (; i + 2 <= nb; i += 2) {
+            const float *xb = x + 32 * i;
+            const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+            const __m512 x2 = _mm512_loadu_ps(xb + 32), x3 = _mm512_loadu_ps(xb + 48);
+            aa0 = fstep_Q8_0(a + i * 34, x0, x1, aa0);
+            ab0 = fstep_Q8_0(b + i * 34, x0, x1, ab0);
+            aa1 = fstep_Q8_0(a + i * 34 + 34, x2, x3, aa1);
+            ab1 = fstep_Q8_0(b + i * 34 + 34, x2, x3, ab1);
         }
-        for (; i < nb; i++, b += 34) acc0 = fstep_Q8_0(b, x + 32 * i, acc0);
-        y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+        if (i < nb) {
+            const __m512 x0 = _mm512_loadu_ps(x + 32 * i), x1 = _mm512_loadu_ps(x + 32 * i + 16);
+            aa0 = fstep_Q8_0(a + i * 34, x0, x1, aa0);
+            ab0 = fstep_Q8_0(b + i * 34, x0, x1, ab0);
+        }
+        y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(aa0, aa1));
+        if (two) y[r + 1 - r0] = _mm512_reduce_add_ps(_mm512_add_ps(ab0, ab1));
     }
 }
 
