@@ -7,8 +7,9 @@
  * + the 49152x576 output) on 1 and 2 threads gives the matvec-bound tokens/s,
  * for the type alone and for the default model's mix (q4_1 layers, q8_0
  * output). Last, prompt processing: the 30 layers' matmuls over 512 tokens
- * (x prepared once per matmul, tokens split between the threads, then rows
- * split) on 1 and 2 threads.
+ * on 1 and 2 threads, on the integer route (x prepared once per matmul,
+ * tokens split between the threads, then rows split) and on the exact
+ * float route (rows split).
  * Usage: build/matvec-bench [type-name] (default q4_1). */
 #include <pthread.h>
 #include <sched.h>
@@ -78,20 +79,24 @@ static void bench_shape(const kvq_wtype_traits *t, kvq_isa isa, shape s, double 
     float *y = kvq_alloc_aligned(sizeof(float) * (size_t)s.rows); // (rows)
     fill(w, mb * copies, 1);
     for (int64_t k = 0; k < s.n; k++) x[k] = (float)k / (float)s.n - 0.5f;
-    double hot = 0, stream = 0;
+    double hot = 0, hot_cpu = 0, stream = 0;
     for (int rep = 0; rep < 3; rep++) {
         const int iters = (int)(((size_t)64 << 20) / mb) + 4;
         double t0 = now();
+        const double c0 = cpu_now();
         for (int i = 0; i < iters; i++) t->matvec[isa](t, w, rb, x, s.n, 0, s.rows, y);
         double g = (double)mb * iters / (now() - t0) / 1e9;
+        const double gc = (double)mb * iters / (cpu_now() - c0) / 1e9;
         if (g > hot) hot = g;
+        if (gc > hot_cpu) hot_cpu = gc;
         t0 = now();
         for (size_t c = 0; c < copies; c++) t->matvec[isa](t, w + c * mb, rb, x, s.n, 0, s.rows, y);
         g = (double)mb * (double)copies / (now() - t0) / 1e9;
         if (g > stream) stream = g;
     }
-    printf("%-6s %-6s %6lldx%-5lld %7.2f MB  hot %6.2f GB/s  stream %6.2f GB/s (%3.0f%% of read bw)\n",
-           t->name, kvq_isa_name(isa), (long long)s.rows, (long long)s.n, (double)mb / 1e6, hot, stream,
+    printf("%-6s %-6s %6lldx%-5lld %7.2f MB  hot %6.2f GB/s (per CPU time %6.2f)  stream %6.2f GB/s "
+           "(%3.0f%% of read bw)\n",
+           t->name, kvq_isa_name(isa), (long long)s.rows, (long long)s.n, (double)mb / 1e6, hot, hot_cpu, stream,
            100 * stream / bw);
     kvq_free_aligned(w), kvq_free_aligned(x), kvq_free_aligned(y);
 }
@@ -189,6 +194,7 @@ typedef struct {
     model_run *m;
     const float *x;  /* (PP_TOK, 1536) activations */
     uint8_t *xq_buf; /* prepared activations */
+    int exact;       /* float route: t->matmul on x */
     float *y;        /* (PP_TOK, 1536) */
 } prefill_run;
 
@@ -206,15 +212,21 @@ static void *prefill_worker(void *arg) {
     for (int l = 0; l < N_LAYERS; l++) {
         for (int j = 0; j < N_MAT; j++) {
             const shape s = layer_shapes[j];
+            const size_t rb = kvq_wtype_row_bytes(m->t, s.n);
+            const int64_t rper = (s.rows + m->n_threads - 1) / m->n_threads;
+            const int64_t r0 = rper * a->id, r1 = r0 + rper < s.rows ? r0 + rper : s.rows;
+            if (p->exact) {
+                if (r0 < r1) m->t->matmul[m->isa](m->t, w, rb, p->x, PP_TOK, s.n, r0, r1, p->y, s.rows);
+                w += rb * (size_t)s.rows;
+                barrier(m, &gen);
+                continue;
+            }
             /* Each thread quantizes its share of the tokens into the one
              * prepared buffer, then every thread reads all of it. */
             const int64_t per = (PP_TOK + m->n_threads - 1) / m->n_threads;
             const int64_t t0 = per * a->id, t1 = t0 + per < PP_TOK ? t0 + per : PP_TOK;
             const kvq_wxq all = kvq_wtype_prep_x_range(m->isa, p->x, PP_TOK, s.n, t0, t1, p->xq_buf);
             barrier(m, &gen);
-            const size_t rb = kvq_wtype_row_bytes(m->t, s.n);
-            const int64_t rper = (s.rows + m->n_threads - 1) / m->n_threads;
-            const int64_t r0 = rper * a->id, r1 = r0 + rper < s.rows ? r0 + rper : s.rows;
             if (r0 < r1) m->t->matmul_q[m->isa](m->t, w, rb, &all, PP_TOK, s.n, r0, r1, p->y, s.rows);
             w += rb * (size_t)s.rows;
             barrier(m, &gen);
@@ -223,14 +235,14 @@ static void *prefill_worker(void *arg) {
     return NULL;
 }
 
-static void bench_prefill(const kvq_wtype_traits *t, kvq_isa isa, int n_threads) {
+static void bench_prefill(const kvq_wtype_traits *t, kvq_isa isa, int n_threads, int exact) {
     size_t bytes = 0;
     for (int j = 0; j < N_MAT; j++)
         bytes += N_LAYERS * kvq_wtype_row_bytes(t, layer_shapes[j].n) * (size_t)layer_shapes[j].rows;
     model_run m = {.t = t, .isa = isa, .n_threads = n_threads};
     m.w = kvq_alloc_aligned(bytes);
     fill(m.w, bytes, 3);
-    prefill_run p = {.m = &m};
+    prefill_run p = {.m = &m, .exact = exact};
     float *x = kvq_alloc_aligned(sizeof(float) * PP_TOK * 1536);
     uint64_t seed = 9;
     for (int64_t k = 0; k < PP_TOK * 1536; k++) x[k] = (float)kvq_rng_uniform(&seed) - 0.5f;
@@ -246,9 +258,9 @@ static void bench_prefill(const kvq_wtype_traits *t, kvq_isa isa, int n_threads)
     }
     for (int i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
     const double dt = now() - t0, dc = (cpu_now() - c0) / n_threads;
-    printf("%-6s %-6s SmolLM2-135M prefill layer matmuls, %d tokens, %d thread%s: %.1f ms, %.0f tokens/s "
+    printf("%-6s %-6s SmolLM2-135M prefill layer matmuls (%s), %d tokens, %d thread%s: %.1f ms, %.0f tokens/s "
            "(per CPU time: %.0f tokens/s)\n",
-           t->name, kvq_isa_name(isa), PP_TOK, n_threads, n_threads > 1 ? "s" : "", dt * 1e3, PP_TOK / dt,
+           t->name, kvq_isa_name(isa), exact ? "float x" : "int8 x", PP_TOK, n_threads, n_threads > 1 ? "s" : "", dt * 1e3, PP_TOK / dt,
            PP_TOK / dc);
     kvq_free_aligned(m.w), kvq_free_aligned(x), kvq_free_aligned(p.xq_buf), kvq_free_aligned(p.y);
 }
@@ -276,8 +288,9 @@ int main(int argc, char **argv) {
         for (int th = 1; th <= 2; th++) bench_model(t, t, kvq_isa_default(), th);
         if (t != q8)
             for (int th = 1; th <= 2; th++) bench_model(t, q8, kvq_isa_default(), th);
+        for (int th = 1; th <= 2; th++) bench_prefill(t, kvq_isa_default(), th, 1);
         if (t->matmul_q[0])
-            for (int th = 1; th <= 2; th++) bench_prefill(t, kvq_isa_default(), th);
+            for (int th = 1; th <= 2; th++) bench_prefill(t, kvq_isa_default(), th, 0);
     }
     return 0;
 }

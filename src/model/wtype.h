@@ -4,26 +4,32 @@
  * the table. A weight matrix is stored as rows of n values of one type, each
  * row n / block_size blocks (row_bytes = n / block_size * block_bytes).
  *
- * Two routes, picked per type:
- * - float x (F32, F16, BF16): the kernels read x as floats.
- * - integer x (the 32-value block types Q4_0 Q4_1 Q5_0 Q5_1 Q8_0): x is
- *   first quantized like ggml's q8_0 activations (int8 blocks of 32 with a
+ * Two routes:
+ * - float x, every type: t->matvec / t->matmul read x as floats. This is
+ *   the exact route (decode, and prefill when exactness is asked for):
+ *   the 32-value block types dequantize in registers and FMA with x
+ *   (w . x = d (u . x) + c (sum of the block's x), block sums of x shared
+ *   by every row); matmul dequantizes a tile of rows once and reuses it
+ *   for every token.
+ * - integer x, the 32-value block types (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0): x is
+ *   quantized like ggml's q8_0 activations (int8 blocks of 32 with a
  *   float scale, plus the block's sum for the min/offset terms) and the
- *   kernels take dot products of integer codes (vpdpbusd / vpmaddubsw), one
- *   float multiply per block. t->matvec_q / t->matmul_q are set for these
+ *   kernels take dot products of integer codes (vpdpbusd / vpmaddubsw),
+ *   one float multiply per block. Faster for prefill matmul, less
+ *   accurate (bound below). t->matvec_q / t->matmul_q are set for these
  *   types (NULL otherwise); the caller prepares x once with
  *   kvq_wtype_prep_x() and every thread runs its row range on the same
- *   prepared x. t->matvec / t->matmul (float x) keep working for every
- *   type: for integer-route types they quantize x themselves, in chunks on
- *   the stack, so each call (each thread) pays that small cost again.
+ *   prepared x.
  * Kernels never allocate, never fail and create no threads; the caller
  * validates shapes once with kvq_wtype_check_n().
  *
  * Numerics. The reference float-x kernels dequantize with the ggml-exact
  * block bodies and accumulate each dot product in double, so they are the
  * true product of the stored weights with x up to one final rounding. The
- * SIMD float-x kernels of float types dequantize the same floats and
- * accumulate in float with FMA; the SIMD integer kernels are exact in
+ * SIMD float-x kernels accumulate in float with FMA (the 32-value types
+ * regroup each block as above, which differs from the reference only by
+ * float rounding, including q4_1/q5_1's rounding of d u + m); the SIMD
+ * integer kernels are exact in
  * their integer dot products and round once per block. Both satisfy
  * (checked by tests/unit/test_wtype.c), against the reference run on the
  * same input (x, or the prepared x^ = d * q):

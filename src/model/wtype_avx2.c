@@ -73,26 +73,41 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void nib_codes(const uint8_t *qs, __m25
     u[3] = _mm256_srli_epi32(b, 4);
 }
 
+KVQ_TARGET_AVX2 static inline __m256i nib32(const uint8_t *qs) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
+}
+
 /* Adds 16 to code j where bit j of the 32-bit qh is set. */
-KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void with_bit4_8(__m256i u[4], const uint8_t *qh) {
+KVQ_TARGET_AVX2 static inline __m256i with_bit4_32(__m256i u, const uint8_t *qh) {
     uint32_t h;
     memcpy(&h, qh, 4);
-    const __m256i hv = _mm256_set1_epi32((int)h), lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int q = 0; q < 4; q++) {
-        const __m256i bit = _mm256_srlv_epi32(hv, _mm256_add_epi32(lanes, _mm256_set1_epi32(8 * q)));
-        u[q] = _mm256_or_si256(u[q], _mm256_and_si256(_mm256_slli_epi32(bit, 4), _mm256_set1_epi32(16)));
-    }
+    /* Byte j gets qh's byte j / 8; OR-ing every bit but j % 8 and comparing
+     * with all-ones isolates bit j. */
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                              _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+                                                                 0x0303030303030303));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                                          _mm256_set1_epi64x(-1));
+    return _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+}
+
+/* 32 byte codes [values 0-15 | 16-31] as four 8-lane vectors. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void byte_codes(__m256i c, __m256i u[4]) {
+    const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
+    u[0] = _mm256_cvtepu8_epi32(lo);
+    u[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8));
+    u[2] = _mm256_cvtepu8_epi32(hi);
+    u[3] = _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8));
 }
 
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q4_0(const uint8_t *b, __m256i u[4]) { nib_codes(b + 2, u); }
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q4_1(const uint8_t *b, __m256i u[4]) { nib_codes(b + 4, u); }
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q5_0(const uint8_t *b, __m256i u[4]) {
-    nib_codes(b + 6, u);
-    with_bit4_8(u, b + 2);
+    byte_codes(with_bit4_32(nib32(b + 6), b + 2), u);
 }
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q5_1(const uint8_t *b, __m256i u[4]) {
-    nib_codes(b + 8, u);
-    with_bit4_8(u, b + 4);
+    byte_codes(with_bit4_32(nib32(b + 8), b + 4), u);
 }
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q8_0(const uint8_t *b, __m256i u[4]) {
     for (int q = 0; q < 4; q++) u[q] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + 8 * q)));
@@ -317,25 +332,6 @@ KVQ_TARGET_AVX2 void kvq_wquantize_x_avx2(const float *x, int64_t n, int8_t *q, 
         d[b] = db;
         s[b] = db * (float)hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3])));
     }
-}
-
-KVQ_TARGET_AVX2 static inline __m256i nib32(const uint8_t *qs) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
-}
-
-/* Adds 16 to code j where bit j of the 32-bit qh is set. */
-KVQ_TARGET_AVX2 static inline __m256i with_bit4_32(__m256i u, const uint8_t *qh) {
-    uint32_t h;
-    memcpy(&h, qh, 4);
-    /* Byte j gets qh's byte j / 8; OR-ing every bit but j % 8 and comparing
-     * with all-ones isolates bit j. */
-    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
-                                              _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
-                                                                 0x0303030303030303));
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
-                                          _mm256_set1_epi64x(-1));
-    return _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(16)));
 }
 
 KVQ_TARGET_AVX2 static inline __m256i codes_Q4_0(const uint8_t *b, __m256i *xv) { (void)xv; return nib32(b + 2); }

@@ -126,16 +126,16 @@ KVQ_WQUANT(Q5_K, 256, 176)
 KVQ_WQUANT(Q6_K, 256, 210)
 #undef KVQ_WQUANT
 
-/* Fused float matvec of the 32-value block types. A block's weights are
- * w[j] = d * u[j] + c with integer codes u (q4_0: c = -8 d, q5_0: -16 d,
- * q4_1/q5_1: c = m, q8_0: signed codes, c = 0), so
- *     w . x = d (u . x) + c (sum of the block's x):
- * the codes are converted in registers and FMA'd with x (exact float x, no
- * activation rounding), one FMA by d per block, and the offset terms use
- * block sums of x computed once per call and shared by every row. That is
- * about half the float work of dequantize-then-FMA, so one thread keeps up
- * with memory. Rows go in k-chunks of MV_CHUNK_BLOCKS blocks to bound the
- * sums buffer. */
+/* Fused float matvec of the 32-value block types: weights dequantized in
+ * registers and FMA'd with exact float x (no activation rounding).
+ * - q4_0 / q4_1 by table (below).
+ * - q5_0 / q5_1 / q8_0: w[j] = d * u[j] + c with integer codes u (q5_0:
+ *   c = -16 d, q5_1: c = m, q8_0: signed codes, c = 0), so
+ *       w . x = d (u . x) + c (sum of the block's x):
+ *   the codes are converted and FMA'd with x, one FMA by d per block, and
+ *   the offset terms use block sums of x computed once per call and shared
+ *   by every row (about half the float work of dequantize-then-FMA). Rows
+ *   go in k-chunks of MV_CHUNK_BLOCKS blocks to bound the sums buffer. */
 #define MV_CHUNK_BLOCKS 128
 
 KVQ_TARGET_AVX512 static inline float f16_at(const uint8_t *p) { return _cvtsh_ss(kvq_load_u16(p)); }
@@ -145,12 +145,6 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void nib_codes(const uint8_t *qs, __m
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
     *u0 = _mm512_and_si512(v, _mm512_set1_epi32(15));
     *u1 = _mm512_srli_epi32(v, 4);
-}
-KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void codes_Q4_0(const uint8_t *b, __m512i *u0, __m512i *u1) {
-    nib_codes(b + 2, u0, u1);
-}
-KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void codes_Q4_1(const uint8_t *b, __m512i *u0, __m512i *u1) {
-    nib_codes(b + 4, u0, u1);
 }
 KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void codes_Q5_0(const uint8_t *b, __m512i *u0, __m512i *u1) {
     uint32_t qh;
@@ -170,28 +164,26 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void codes_Q8_0(const uint8_t *b, __m
     *u0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));
     *u1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)));
 }
-#define off_Q4_0(blk) (-8.0f * f16_at(blk))
-#define off_Q4_1(blk) f16_at((blk) + 2)
 #define off_Q5_0(blk) (-16.0f * f16_at(blk))
 #define off_Q5_1(blk) f16_at((blk) + 2)
 
-/* acc + d * (u . x) for the block at b. */
+/* acc + d * (u . x) for the block at b, x0/x1 its 32 values of x. */
 #define KVQ_WFUSED_STEP(ID)                                                                          \
-    KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 fstep_##ID(const uint8_t *b, const float *x, __m512 acc) { \
+    KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 fstep_##ID(const uint8_t *b, __m512 x0, __m512 x1, \
+                                                                 __m512 acc) {                       \
         __m512i u0, u1;                                                                              \
         codes_##ID(b, &u0, &u1);                                                                     \
-        const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(u0), _mm512_loadu_ps(x));                  \
-        return _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(u1), _mm512_loadu_ps(x + 16), t), \
-                               f16_splat(b), acc);                                                  \
+        const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(u0), x0);                                  \
+        return _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_cvtepi32_ps(u1), x1, t), f16_splat(b), acc);   \
     }
-KVQ_WFUSED_STEP(Q4_0)
-KVQ_WFUSED_STEP(Q4_1)
 KVQ_WFUSED_STEP(Q5_0)
 KVQ_WFUSED_STEP(Q5_1)
 KVQ_WFUSED_STEP(Q8_0)
 #undef KVQ_WFUSED_STEP
 
-/* Two blocks per step into two vector and two scalar accumulators. */
+/* Two rows at a time share every load of x and its block sums; per row
+ * two vector accumulators (even / odd blocks) and one scalar one. An odd
+ * last row pairs with itself and is written once. */
 #define KVQ_WFUSED_MV(ID, BYTES)                                                                     \
     KVQ_TARGET_AVX512 static void fmatvec_##ID(const void *w, size_t row_bytes, const float *x, int64_t n, \
                                                int64_t r0, int64_t r1, float *y) {                  \
@@ -202,48 +194,123 @@ KVQ_WFUSED_STEP(Q8_0)
             for (int64_t i = 0; i < nb; i++)                                                         \
                 sx[i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_loadu_ps(xc + 32 * i),            \
                                                            _mm512_loadu_ps(xc + 32 * i + 16)));     \
-            for (int64_t r = r0; r < r1; r++) {                                                      \
-                const uint8_t *b = (const uint8_t *)w + (size_t)r * row_bytes + (size_t)c0 * (BYTES); \
-                __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                      \
-                float off0 = 0, off1 = 0;                                                            \
+            for (int64_t r = r0; r < r1; r += 2) {                                                   \
+                const int two = r + 1 < r1;                                                          \
+                const uint8_t *a = (const uint8_t *)w + (size_t)r * row_bytes + (size_t)c0 * (BYTES); \
+                const uint8_t *b = two ? a + row_bytes : a;                                          \
+                __m512 aa0 = _mm512_setzero_ps(), aa1 = aa0, ab0 = aa0, ab1 = aa0;                   \
+                float oa = 0, ob = 0;                                                                \
                 int64_t i = 0;                                                                       \
-                for (; i + 2 <= nb; i += 2, b += 2 * (BYTES)) {                                      \
-                    acc0 = fstep_##ID(b, xc + 32 * i, acc0);                                         \
-                    acc1 = fstep_##ID(b + (BYTES), xc + 32 * i + 32, acc1);                          \
-                    off0 += off_##ID(b) * sx[i];                                                     \
-                    off1 += off_##ID(b + (BYTES)) * sx[i + 1];                                       \
+                for (; i + 2 <= nb; i += 2) {                                                        \
+                    const float *xb = xc + 32 * i;                                                   \
+                    const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);            \
+                    const __m512 x2 = _mm512_loadu_ps(xb + 32), x3 = _mm512_loadu_ps(xb + 48);       \
+                    const uint8_t *pa = a + i * (BYTES), *pb = b + i * (BYTES);                      \
+                    aa0 = fstep_##ID(pa, x0, x1, aa0);                                               \
+                    ab0 = fstep_##ID(pb, x0, x1, ab0);                                               \
+                    aa1 = fstep_##ID(pa + (BYTES), x2, x3, aa1);                                     \
+                    ab1 = fstep_##ID(pb + (BYTES), x2, x3, ab1);                                     \
+                    oa += off_##ID(pa) * sx[i] + off_##ID(pa + (BYTES)) * sx[i + 1];                 \
+                    ob += off_##ID(pb) * sx[i] + off_##ID(pb + (BYTES)) * sx[i + 1];                 \
                 }                                                                                    \
                 if (i < nb) {                                                                        \
-                    acc0 = fstep_##ID(b, xc + 32 * i, acc0);                                         \
-                    off0 += off_##ID(b) * sx[i];                                                     \
+                    const __m512 x0 = _mm512_loadu_ps(xc + 32 * i), x1 = _mm512_loadu_ps(xc + 32 * i + 16); \
+                    aa0 = fstep_##ID(a + i * (BYTES), x0, x1, aa0);                                  \
+                    ab0 = fstep_##ID(b + i * (BYTES), x0, x1, ab0);                                  \
+                    oa += off_##ID(a + i * (BYTES)) * sx[i];                                         \
+                    ob += off_##ID(b + i * (BYTES)) * sx[i];                                         \
                 }                                                                                    \
-                const float part = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + (off0 + off1);  \
-                y[r - r0] = c0 == 0 ? part : y[r - r0] + part;                                       \
+                const float pa = _mm512_reduce_add_ps(_mm512_add_ps(aa0, aa1)) + oa;                 \
+                y[r - r0] = c0 == 0 ? pa : y[r - r0] + pa;                                           \
+                if (two) {                                                                           \
+                    const float pb = _mm512_reduce_add_ps(_mm512_add_ps(ab0, ab1)) + ob;             \
+                    y[r + 1 - r0] = c0 == 0 ? pb : y[r + 1 - r0] + pb;                               \
+                }                                                                                    \
             }                                                                                        \
         }                                                                                            \
     }
-KVQ_WFUSED_MV(Q4_0, 18)
-KVQ_WFUSED_MV(Q4_1, 20)
 KVQ_WFUSED_MV(Q5_0, 22)
 KVQ_WFUSED_MV(Q5_1, 24)
 #undef KVQ_WFUSED_MV
 
-/* q8_0 has no offset term: four blocks per step, four accumulators. */
+/* 4-bit types by table: vpermps picks lut[code] from a 16-entry table of
+ * the block's dequantized values (lut[j] = d j + m, q4_0: d (j - 8), the
+ * reference's bits: d j is exact in float), reading only the low 4 bits of
+ * each index, so the low nibbles need no mask and no conversion. Two rows
+ * at a time share the loads of x. */
+static const float iota16[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 lut_Q4_0(const uint8_t *b, __m512 iota) {
+    return _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), f16_splat(b));
+}
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 lut_Q4_1(const uint8_t *b, __m512 iota) {
+    return _mm512_fmadd_ps(iota, f16_splat(b), f16_splat(b + 2));
+}
+
+#define KVQ_WLUT_MV(ID, BYTES, QS)                                                                   \
+    KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 lstep_##ID(const uint8_t *b, __m512 iota, __m512 x0, \
+                                                                 __m512 x1, __m512 acc) {            \
+        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + (QS))));        \
+        const __m512 lut = lut_##ID(b, iota);                                                        \
+        acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(v, lut), x0, acc);                               \
+        return _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut), x1, acc);        \
+    }                                                                                                \
+    KVQ_TARGET_AVX512 static void lmatvec_##ID(const void *w, size_t row_bytes, const float *x, int64_t n, \
+                                               int64_t r0, int64_t r1, float *y) {                  \
+        const int64_t nb = n / 32;                                                                   \
+        const __m512 iota = _mm512_loadu_ps(iota16);                                                 \
+        for (int64_t r = r0; r < r1; r += 2) {                                                       \
+            const int two = r + 1 < r1;                                                              \
+            const uint8_t *a = (const uint8_t *)w + (size_t)r * row_bytes, *b = two ? a + row_bytes : a; \
+            __m512 aa0 = _mm512_setzero_ps(), aa1 = aa0, ab0 = aa0, ab1 = aa0;                       \
+            int64_t i = 0;                                                                           \
+            for (; i + 2 <= nb; i += 2) {                                                            \
+                const float *xb = x + 32 * i;                                                        \
+                const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);                \
+                const __m512 x2 = _mm512_loadu_ps(xb + 32), x3 = _mm512_loadu_ps(xb + 48);           \
+                aa0 = lstep_##ID(a + i * (BYTES), iota, x0, x1, aa0);                                \
+                ab0 = lstep_##ID(b + i * (BYTES), iota, x0, x1, ab0);                                \
+                aa1 = lstep_##ID(a + (i + 1) * (BYTES), iota, x2, x3, aa1);                          \
+                ab1 = lstep_##ID(b + (i + 1) * (BYTES), iota, x2, x3, ab1);                          \
+            }                                                                                        \
+            if (i < nb) {                                                                            \
+                const __m512 x0 = _mm512_loadu_ps(x + 32 * i), x1 = _mm512_loadu_ps(x + 32 * i + 16); \
+                aa0 = lstep_##ID(a + i * (BYTES), iota, x0, x1, aa0);                                \
+                ab0 = lstep_##ID(b + i * (BYTES), iota, x0, x1, ab0);                                \
+            }                                                                                        \
+            y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(aa0, aa1));                               \
+            if (two) y[r + 1 - r0] = _mm512_reduce_add_ps(_mm512_add_ps(ab0, ab1));                  \
+        }                                                                                            \
+    }
+KVQ_WLUT_MV(Q4_0, 18, 2)
+KVQ_WLUT_MV(Q4_1, 20, 4)
+#undef KVQ_WLUT_MV
+
+/* q8_0 has no offset term: two rows sharing x, two blocks per step. */
 KVQ_TARGET_AVX512 static void fmatvec_Q8_0(const void *w, size_t row_bytes, const float *x, int64_t n,
                                            int64_t r0, int64_t r1, float *y) {
     const int64_t nb = n / 32;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *b = (const uint8_t *)w + (size_t)r * row_bytes;
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int64_t r = r0; r < r1; r += 2) {
+        const int two = r + 1 < r1;
+        const uint8_t *a = (const uint8_t *)w + (size_t)r * row_bytes, *b = two ? a + row_bytes : a;
+        __m512 aa0 = _mm512_setzero_ps(), aa1 = aa0, ab0 = aa0, ab1 = aa0;
         int64_t i = 0;
-        for (; i + 4 <= nb; i += 4, b += 4 * 34) {
-            acc0 = fstep_Q8_0(b, x + 32 * i, acc0);
-            acc1 = fstep_Q8_0(b + 34, x + 32 * i + 32, acc1);
-            acc2 = fstep_Q8_0(b + 68, x + 32 * i + 64, acc2);
-            acc3 = fstep_Q8_0(b + 102, x + 32 * i + 96, acc3);
+        for (; i + 2 <= nb; i += 2) {
+            const float *xb = x + 32 * i;
+            const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+            const __m512 x2 = _mm512_loadu_ps(xb + 32), x3 = _mm512_loadu_ps(xb + 48);
+            aa0 = fstep_Q8_0(a + i * 34, x0, x1, aa0);
+            ab0 = fstep_Q8_0(b + i * 34, x0, x1, ab0);
+            aa1 = fstep_Q8_0(a + i * 34 + 34, x2, x3, aa1);
+            ab1 = fstep_Q8_0(b + i * 34 + 34, x2, x3, ab1);
         }
-        for (; i < nb; i++, b += 34) acc0 = fstep_Q8_0(b, x + 32 * i, acc0);
-        y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+        if (i < nb) {
+            const __m512 x0 = _mm512_loadu_ps(x + 32 * i), x1 = _mm512_loadu_ps(x + 32 * i + 16);
+            aa0 = fstep_Q8_0(a + i * 34, x0, x1, aa0);
+            ab0 = fstep_Q8_0(b + i * 34, x0, x1, ab0);
+        }
+        y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(aa0, aa1));
+        if (two) y[r + 1 - r0] = _mm512_reduce_add_ps(_mm512_add_ps(ab0, ab1));
     }
 }
 
@@ -266,8 +333,8 @@ KVQ_TARGET_AVX512 void kvq_wmatvec_avx512(const kvq_wtype_traits *t, const void 
                                           const float *x, int64_t n, int64_t r0, int64_t r1,
                                           float *y) {
     switch (t->type) {
-    case KVQ_WTYPE_Q4_0: fmatvec_Q4_0(w, row_bytes, x, n, r0, r1, y); return;
-    case KVQ_WTYPE_Q4_1: fmatvec_Q4_1(w, row_bytes, x, n, r0, r1, y); return;
+    case KVQ_WTYPE_Q4_0: lmatvec_Q4_0(w, row_bytes, x, n, r0, r1, y); return;
+    case KVQ_WTYPE_Q4_1: lmatvec_Q4_1(w, row_bytes, x, n, r0, r1, y); return;
     case KVQ_WTYPE_Q5_0: fmatvec_Q5_0(w, row_bytes, x, n, r0, r1, y); return;
     case KVQ_WTYPE_Q5_1: fmatvec_Q5_1(w, row_bytes, x, n, r0, r1, y); return;
     case KVQ_WTYPE_Q8_0: fmatvec_Q8_0(w, row_bytes, x, n, r0, r1, y); return;
