@@ -206,7 +206,7 @@ TEST(threadpool_runs_every_task_once) {
 TEST(attn_ref_hand_computed_cases) {
     /* One token: the output is its value row. */
     const float q1[2] = {1, 2}, k1[2] = {3, -1}, v1[2] = {0.5f, -4};
-    double out[4];
+    double out[8]; /* (4 heads, head_dim 2) at most */
     kvq_attn_ref(1, 1, 2, 1, 1.0, q1, k1, v1, out);
     CHECK(out[0] == 0.5 && out[1] == -4);
     /* Two tokens, scores 0 and ln 3 (scale 1): weights 1/4 and 3/4. */
