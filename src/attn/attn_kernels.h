@@ -20,9 +20,36 @@ enum { KVQ_ROWS_F32, KVQ_ROWS_F16 };
 typedef void (*kvq_attn_tile_fn)(int G, int d, int n, const float *q, const void *k, const void *v, float *m,
                                  float *l, float *acc);
 
+/* Row formats the fused kernel reads in place, dequantizing in registers:
+ * one per codec layout (kvq_attn_rows_fmt maps a codec to its format). */
+enum {
+    KVQ_FMT_F32, KVQ_FMT_F16, KVQ_FMT_BF16, KVQ_FMT_Q8_0, KVQ_FMT_Q4_0, KVQ_FMT_Q4_1, KVQ_FMT_Q5_0, KVQ_FMT_Q5_1,
+    KVQ_FMT_IQ4_NL, KVQ_FMT_ROT2, KVQ_FMT_ROT3, KVQ_FMT_ROT4, KVQ_FMT_COUNT
+};
+
+/* n rows of one format, in place in a tile (or staging / sinks). */
+typedef struct kvq_attn_rows {
+    const uint8_t *base; /* row 0 */
+    size_t stride;       /* bytes from one row to the next */
+    const float *lut;    /* (16) codebook of IQ4_NL / ROT rows, replicated to 16 entries; else NULL */
+    int fmt;             /* KVQ_FMT_* */
+} kvq_attn_rows;
+
+/* The tile kernel over rows of any formats: decodes each K and V row once,
+ * in registers, for all G heads. Same contract as kvq_attn_tile_fn. */
+typedef void (*kvq_attn_fused_fn)(int G, int d, int n, const float *q, const kvq_attn_rows *k,
+                                  const kvq_attn_rows *v, float *m, float *l, float *acc);
+
 typedef struct kvq_attn_kernels {
     kvq_attn_tile_fn tile[2]; /* by row kind */
+    kvq_attn_fused_fn fused;  /* NULL where the path has none: tiles are decoded to floats first */
 } kvq_attn_kernels;
+
+/* The fused format of a codec's attention-domain rows, or -1 (+qjl). */
+int kvq_attn_rows_fmt(const kvq_codec *c);
+
+void kvq_attn_fused_avx512(int G, int d, int n, const float *q, const kvq_attn_rows *k, const kvq_attn_rows *v,
+                           float *m, float *l, float *acc);
 
 /* The kernels of a path (the next lower one where a path lacks a kernel). */
 void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out);

@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "attn/attn_kernels.h"
+#include "codec/ggml_blocks.h"
+#include "codec/rotated.h"
 #include "common/fp16.h"
 
 /* ------------------------------------------------------------ ref kernels */
@@ -73,8 +75,30 @@ void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
     if (isa >= KVQ_ISA_AVX512) {
         out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_avx512;
         out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_avx512;
+        out->fused = kvq_attn_fused_avx512;
     }
 #endif
+}
+
+int kvq_attn_rows_fmt(const kvq_codec *c) {
+    if (c->qjl) return -1; /* the residual sketch needs the full decode */
+    const kvq_family_ops *f = c->desc->family;
+    if (f == &kvq_family_plain)
+        return c->desc->param == KVQ_PLAIN_F32 ? KVQ_FMT_F32 : c->desc->param == KVQ_PLAIN_F16 ? KVQ_FMT_F16 : KVQ_FMT_BF16;
+    if (f == &kvq_family_rot) return KVQ_FMT_ROT2 + ((const kvq_rot_state *)c->state)->bits - 2;
+    static const int ggml_fmt[] = {[KVQ_GGML_Q8_0] = KVQ_FMT_Q8_0, [KVQ_GGML_Q4_0] = KVQ_FMT_Q4_0,
+                                   [KVQ_GGML_Q4_1] = KVQ_FMT_Q4_1, [KVQ_GGML_Q5_0] = KVQ_FMT_Q5_0,
+                                   [KVQ_GGML_Q5_1] = KVQ_FMT_Q5_1, [KVQ_GGML_IQ4_NL] = KVQ_FMT_IQ4_NL};
+    return ggml_fmt[c->desc->param];
+}
+
+/* The 16-entry table a format's rows index (see kvq_attn_rows.lut). */
+static void rows_lut(const kvq_codec *c, int fmt, float lut[16]) {
+    for (int j = 0; j < 16; j++) {
+        if (fmt == KVQ_FMT_IQ4_NL) lut[j] = (float)kvq_iq4nl_values[j];
+        else if (fmt >= KVQ_FMT_ROT2) lut[j] = ((const kvq_rot_state *)c->state)->centroid[j & ((4 << (fmt - KVQ_FMT_ROT2)) - 1)];
+        else lut[j] = 0;
+    }
 }
 
 /* ---------------------------------------------------------------- driver */
@@ -90,6 +114,8 @@ typedef struct run_ctx {
     int G, d, T, n_q, pos0;
     int chunk, n_chunks, tasks_per_head;
     int direct[2];     /* K / V tiles are f16 rows, read in place */
+    int fmt[2];        /* K / V fused row formats; -1 when the fused kernel cannot read them */
+    float lut[2][16];  /* K / V row tables (kvq_attn_rows.lut) */
     const float *qd;   /* (n_q, n_head, head_dim) scaled, in the K domain */
     const float *qr;   /* (n_q, n_head, head_dim) scaled, original space */
     float *part;       /* (n_tasks, n_q, G, head_dim + 2): m (G), l (G), acc (G, head_dim) */
@@ -109,9 +135,11 @@ static void decode_tile(const kvq_codec *c, const uint8_t *src, int n, float *y)
 }
 
 /* Runs the kernel over rows [0, n) at positions pos.. for every query whose
- * causal window reaches them; q is the query set for this row space. */
-static void attend_rows(const run_ctx *c, int kvh, int kind, int pos, int n, const void *k, const void *v,
-                        const float *q, float *part) {
+ * causal window reaches them; q is the query set for this row space. Rows
+ * are read in place by the fused kernel where the path has one; otherwise
+ * they are contiguous f32 or f16 rows (kind). */
+static void attend_rows(const run_ctx *c, int kvh, int kind, int pos, int n, const kvq_attn_rows *k,
+                        const kvq_attn_rows *v, const float *q, float *part) {
     const int n_head = c->G * c->kv->p.n_kv_head;
     for (int i = 0; i < c->n_q; i++) {
         const int n_valid = c->pos0 + i - pos + 1 < n ? c->pos0 + i - pos + 1 : n;
@@ -119,10 +147,17 @@ static void attend_rows(const run_ctx *c, int kvh, int kind, int pos, int n, con
         float *p = part + (size_t)i * part_floats(c);
         for (int g0 = 0; g0 < c->G; g0 += KVQ_ATTN_MAX_G) {
             const int gn = c->G - g0 < KVQ_ATTN_MAX_G ? c->G - g0 : KVQ_ATTN_MAX_G;
-            c->kern.tile[kind](gn, c->d, n_valid, q + ((size_t)i * n_head + (size_t)kvh * c->G + g0) * c->d, k, v,
-                               p + g0, p + c->G + g0, p + 2 * c->G + (size_t)g0 * c->d);
+            const float *qg = q + ((size_t)i * n_head + (size_t)kvh * c->G + g0) * c->d;
+            float *m = p + g0, *l = p + c->G + g0, *acc = p + 2 * c->G + (size_t)g0 * c->d;
+            if (c->kern.fused) c->kern.fused(gn, c->d, n_valid, qg, k, v, m, l, acc);
+            else c->kern.tile[kind](gn, c->d, n_valid, qg, k->base, v->base, m, l, acc);
         }
     }
+}
+
+/* f16 rows (sinks, staging) of a stream. */
+static kvq_attn_rows f16_rows(const uint16_t *rows, int d) {
+    return (kvq_attn_rows){(const uint8_t *)rows, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16};
 }
 
 static void run_task(int task, int worker, void *arg) {
@@ -140,10 +175,15 @@ static void run_task(int task, int worker, void *arg) {
     const kvq_kv_stream *sk = &L->streams[kvh * 2], *sv = &L->streams[kvh * 2 + 1];
     const int n_sunk = kvq_kv_n_sunk(kv, L);
     if (j == c->n_chunks) {
-        if (n_sunk) attend_rows(c, kvh, KVQ_ROWS_F16, 0, n_sunk, sk->sink, sv->sink, c->qr, part);
+        if (n_sunk) {
+            const kvq_attn_rows k = f16_rows(sk->sink, d), v = f16_rows(sv->sink, d);
+            attend_rows(c, kvh, KVQ_ROWS_F16, 0, n_sunk, &k, &v, c->qr, part);
+        }
         const int n_staged = kvq_kv_n_staged(kv, L);
-        if (n_staged)
-            attend_rows(c, kvh, KVQ_ROWS_F16, n_sunk + L->n_tiles * T, n_staged, sk->stage, sv->stage, c->qr, part);
+        if (n_staged) {
+            const kvq_attn_rows k = f16_rows(sk->stage, d), v = f16_rows(sv->stage, d);
+            attend_rows(c, kvh, KVQ_ROWS_F16, n_sunk + L->n_tiles * T, n_staged, &k, &v, c->qr, part);
+        }
         return;
     }
     float *kbuf = c->scratch + (size_t)worker * 2 * T * d; /* (tile_tokens, head_dim) */
@@ -159,6 +199,12 @@ static void run_task(int task, int worker, void *arg) {
         if (t + 1 < t_end) {
             for (size_t b = 0; b < kbytes; b += 64) __builtin_prefetch(sk->tiles[t + 1] + b);
             for (size_t b = 0; b < vbytes; b += 64) __builtin_prefetch(sv->tiles[t + 1] + b);
+        }
+        if (c->kern.fused && c->fmt[0] >= 0 && c->fmt[1] >= 0) {
+            const kvq_attn_rows k = {sk->tiles[t], L->codec[0]->row_bytes, c->lut[0], c->fmt[0]};
+            const kvq_attn_rows v = {sv->tiles[t], L->codec[1]->row_bytes, c->lut[1], c->fmt[1]};
+            attend_rows(c, kvh, KVQ_ROWS_F32, pos, T, &k, &v, c->qd, part);
+            continue;
         }
         const void *k = sk->tiles[t], *v = sv->tiles[t];
         if (!c->direct[0]) {
@@ -179,7 +225,10 @@ static void run_task(int task, int worker, void *arg) {
             decode_tile(L->codec[1], v, T, vbuf);
             v = vbuf;
         }
-        attend_rows(c, kvh, kind, pos, T, k, v, c->qd, part);
+        const int fmt = kind == KVQ_ROWS_F16 ? KVQ_FMT_F16 : KVQ_FMT_F32;
+        const size_t stride = (kind == KVQ_ROWS_F16 ? sizeof(uint16_t) : sizeof(float)) * (size_t)d;
+        const kvq_attn_rows kr = {k, stride, NULL, fmt}, vr = {v, stride, NULL, fmt};
+        attend_rows(c, kvh, kind, pos, T, &kr, &vr, c->qd, part);
     }
 }
 
@@ -260,6 +309,10 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     c.tasks_per_head = c.n_chunks + 1;
     c.direct[0] = is_f16_rows(L->codec[0]);
     c.direct[1] = is_f16_rows(L->codec[1]);
+    for (int i = 0; i < 2; i++) {
+        c.fmt[i] = kvq_attn_rows_fmt(L->codec[i]);
+        if (c.fmt[i] >= 0) rows_lut(L->codec[i], c.fmt[i], c.lut[i]);
+    }
     const int n_workers = kvq_threadpool_size(pool);
     const size_t n_tasks = (size_t)H * c.tasks_per_head;
     const size_t qn = (size_t)n_q * n_head * d;

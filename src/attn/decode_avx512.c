@@ -1,22 +1,19 @@
 /* decode_avx512.c — the attention tile kernel with AVX-512.
  *
- * Scores: per token, the K row is loaded (and converted from f16) once and
- * dotted with all G queries; the G x 16 lane-partial sums of a 16-token block
- * are reduced together by a transpose-add tree (3 ops per score instead of a
- * horizontal sum each). P x V: per 16-channel slice, the G accumulators stay
- * in registers while the V rows stream through, each V value loaded once. */
+ * Scores: per token, the K row is dequantized in registers once and dotted
+ * with all G queries; the G x 16 lane-partial sums of a 16-token block are
+ * reduced together by a transpose-add tree (3 ops per score instead of a
+ * horizontal sum each). P x V: per 32- or 64-channel slice, the G
+ * accumulators stay in registers while the V rows stream through, each V
+ * value dequantized once. */
 #include <math.h>
+#include <string.h>
 
 #include "attn/attn_kernels.h"
+#include "common/fp16.h"
 
 #if KVQ_HAVE_X86
 #include <immintrin.h>
-
-KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 load16(const void *base, size_t i, int kind) {
-    if (kind == KVQ_ROWS_F16)
-        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + i)));
-    return _mm512_loadu_ps((const float *)base + i);
-}
 
 KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 pair_sum(__m512 a, __m512 b) {
     return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
@@ -61,63 +58,10 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 exp16(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* acc (G, d) += p (G, np) x V (n, d), CB 16-channel slices at a time. */
-KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void pv_body(const int G, const int CB, int d, int n, int np,
-                                                        const float *p, const void *v, float *acc, const int kind) {
-    for (int c0 = 0; c0 < d; c0 += 16 * CB) {
-        __m512 a[KVQ_ATTN_MAX_G][4];
-#pragma GCC unroll 8
-        for (int g = 0; g < G; g++)
-#pragma GCC unroll 4
-            for (int b = 0; b < CB; b++) a[g][b] = _mm512_loadu_ps(acc + g * d + c0 + 16 * b);
-        for (int t = 0; t < n; t++) {
-            __m512 vv[4];
-#pragma GCC unroll 4
-            for (int b = 0; b < CB; b++) vv[b] = load16(v, (size_t)t * d + c0 + 16 * b, kind);
-#pragma GCC unroll 8
-            for (int g = 0; g < G; g++) {
-                const __m512 pg = _mm512_set1_ps(p[g * np + t]);
-#pragma GCC unroll 4
-                for (int b = 0; b < CB; b++) a[g][b] = _mm512_fmadd_ps(pg, vv[b], a[g][b]);
-            }
-        }
-#pragma GCC unroll 8
-        for (int g = 0; g < G; g++)
-#pragma GCC unroll 4
-            for (int b = 0; b < CB; b++) _mm512_storeu_ps(acc + g * d + c0 + 16 * b, a[g][b]);
-    }
-}
-
-KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, int n, const float *q, const void *k,
-                                                          const void *v, float *m, float *l, float *acc,
-                                                          const int kind) {
-    const int np = (n + 15) & ~15;
-    float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE] __attribute__((aligned(64))); /* (G, np) scores, then p */
-    float part[KVQ_ATTN_MAX_G * 256] __attribute__((aligned(64)));         /* (G, 16 tokens, 16 lanes) */
-    for (int t0 = 0; t0 < n; t0 += 16) {
-        const int nb = n - t0 < 16 ? n - t0 : 16;
-        for (int j = 0; j < 16; j++) {
-            __m512 a[KVQ_ATTN_MAX_G];
-            #pragma GCC unroll 8
-            for (int g = 0; g < G; g++) a[g] = _mm512_setzero_ps();
-            if (j < nb) {
-                const size_t row = (size_t)(t0 + j) * d;
-                for (int c = 0; c < d; c += 16) {
-                    const __m512 kc = load16(k, row + c, kind);
-                    #pragma GCC unroll 8
-                    for (int g = 0; g < G; g++) a[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * d + c), kc, a[g]);
-                }
-            }
-            #pragma GCC unroll 8
-            for (int g = 0; g < G; g++) _mm512_store_ps(part + g * 256 + j * 16, a[g]);
-        }
-        const __mmask16 pad = (__mmask16)~((1u << nb) - 1u);
-        #pragma GCC unroll 8
-        for (int g = 0; g < G; g++)
-            _mm512_store_ps(s + g * np + t0, _mm512_mask_mov_ps(reduce16(part + g * 256), pad,
-                                                                _mm512_set1_ps(-INFINITY)));
-    }
-    #pragma GCC unroll 8
+/* Online softmax over the scores s (G, np) of a tile: turns them into
+ * p = exp(s - m_new) in place and rescales the running sum and accumulator. */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void softmax_update(const int G, int d, int np, float *s, float *m,
+                                                               float *l, float *acc) {
     for (int g = 0; g < G; g++) {
         float *sg = s + g * np;
         __m512 mx = _mm512_set1_ps(-INFINITY);
@@ -140,32 +84,211 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, in
                 _mm512_storeu_ps(acc + g * d + c, _mm512_mul_ps(_mm512_loadu_ps(acc + g * d + c), av));
         }
     }
-    /* CB channel slices at once: G * CB independent accumulator chains hide
-     * the FMA latency (G alone is too few), within the 32 registers. */
-    if (G * 4 <= 24 && d % 64 == 0) pv_body(G, 4, d, n, np, s, v, acc, kind);
-    else pv_body(G, 2, d, n, np, s, v, acc, kind);
 }
 
-/* One instantiation per group size, so the G accumulators are registers. */
-#define KVQ_TILE_CASES(kind)                                                                             \
-    switch (G) {                                                                                         \
-    case 1: tile_body(1, d, n, q, k, v, m, l, acc, kind); break;                                         \
-    case 2: tile_body(2, d, n, q, k, v, m, l, acc, kind); break;                                         \
-    case 3: tile_body(3, d, n, q, k, v, m, l, acc, kind); break;                                         \
-    case 4: tile_body(4, d, n, q, k, v, m, l, acc, kind); break;                                         \
-    case 5: tile_body(5, d, n, q, k, v, m, l, acc, kind); break;                                         \
-    case 6: tile_body(6, d, n, q, k, v, m, l, acc, kind); break;                                         \
-    case 7: tile_body(7, d, n, q, k, v, m, l, acc, kind); break;                                         \
-    default: tile_body(8, d, n, q, k, v, m, l, acc, kind); break;                                        \
-    }
+/* ------------------------------------------------------------ fused kernel
+ *
+ * The same tile algorithm, reading codec rows in place: each K and V row is
+ * dequantized into registers 32 values at a time (one ggml block, or two
+ * 16-value groups) with the reference's arithmetic, and used at once for all
+ * G heads. No float copy of the tile is written, so a compressed tile costs
+ * its bytes plus a few integer ops per value. */
 
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 bcast_f16(const uint8_t *p) {
+    return _mm512_cvtph_ps(_mm256_set1_epi16((short)kvq_load_u16(p)));
+}
+
+/* 16 rotated-codec indices of b bits at p -> lut[index] (see rotated_avx512.c). */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 rot16(const uint8_t *p, __m512 lut, const int b) {
+    const __m512i even = _mm512_mullo_epi64(_mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), _mm512_set1_epi64(b));
+    const __m512i odd = _mm512_add_epi64(even, _mm512_set1_epi64(b));
+    const __m512i w = _mm512_broadcastq_epi64(_mm_maskz_loadu_epi8((__mmask16)((1u << (2 * b)) - 1u), p));
+    const __m512i lo = _mm512_srlv_epi64(w, even);
+    const __m512i hi = _mm512_slli_epi64(_mm512_srlv_epi64(w, odd), 32);
+    return _mm512_permutexvar_ps(_mm512_mask_blend_epi32(0xAAAA, lo, hi), lut);
+}
+
+/* Values [32 blk, 32 blk + 32) of row t, in the codec's attention domain. */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void load32(const kvq_attn_rows *r, int t, int blk, __m512 *v0,
+                                                      __m512 *v1, const int fmt) {
+    const uint8_t *row = r->base + (size_t)t * r->stride;
+    switch (fmt) {
+    case KVQ_FMT_F32:
+        *v0 = _mm512_loadu_ps((const float *)row + 32 * blk);
+        *v1 = _mm512_loadu_ps((const float *)row + 32 * blk + 16);
+        break;
+    case KVQ_FMT_F16:
+        *v0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 64 * blk)));
+        *v1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 64 * blk + 32)));
+        break;
+    case KVQ_FMT_BF16:
+        *v0 = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 64 * blk))), 16));
+        *v1 = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + 64 * blk + 32))), 16));
+        break;
+    case KVQ_FMT_Q8_0: {
+        const uint8_t *b = row + 34 * blk;
+        const __m512 d = bcast_f16(b);
+        *v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)))), d);
+        *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)))), d);
+        break;
+    }
+    case KVQ_FMT_Q4_0:
+    case KVQ_FMT_Q5_0:
+    case KVQ_FMT_Q4_1:
+    case KVQ_FMT_Q5_1:
+    case KVQ_FMT_IQ4_NL: {
+        const int five = fmt == KVQ_FMT_Q5_0 || fmt == KVQ_FMT_Q5_1, offs = fmt == KVQ_FMT_Q4_1 || fmt == KVQ_FMT_Q5_1;
+        const size_t bb = 18 + 2 * offs + 4 * five;
+        const uint8_t *b = row + bb * (size_t)blk;
+        const __m512 d = bcast_f16(b);
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + bb - 16)));
+        __m512i q0 = _mm512_and_si512(x, _mm512_set1_epi32(0x0F)), q1 = _mm512_srli_epi32(x, 4);
+        if (five) {
+            uint32_t qh;
+            memcpy(&qh, b + 2 + 2 * offs, 4);
+            q0 = _mm512_mask_or_epi32(q0, (__mmask16)qh, q0, _mm512_set1_epi32(0x10));
+            q1 = _mm512_mask_or_epi32(q1, (__mmask16)(qh >> 16), q1, _mm512_set1_epi32(0x10));
+        }
+        if (fmt == KVQ_FMT_IQ4_NL) {
+            const __m512 lut = _mm512_loadu_ps(r->lut);
+            *v0 = _mm512_mul_ps(d, _mm512_permutexvar_ps(q0, lut));
+            *v1 = _mm512_mul_ps(d, _mm512_permutexvar_ps(q1, lut));
+        } else if (offs) {
+            const __m512 m = bcast_f16(b + 2);
+            *v0 = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q0), d), m);
+            *v1 = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q1), d), m);
+        } else {
+            const __m512i half = _mm512_set1_epi32(five ? 16 : 8);
+            *v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q0, half)), d);
+            *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q1, half)), d);
+        }
+        break;
+    }
+    default: { /* KVQ_FMT_ROT2..4: fp16 row scale, then b-bit indices */
+        const int b = fmt - KVQ_FMT_ROT2 + 2;
+        const __m512 cs = _mm512_mul_ps(bcast_f16(row), _mm512_loadu_ps(r->lut));
+        *v0 = rot16(row + 2 + 4 * b * blk, cs, b);
+        *v1 = rot16(row + 2 + 4 * b * blk + 2 * b, cs, b);
+        break;
+    }
+    }
+}
+
+/* s (G, np): raw scores of the n rows, -Inf past n. */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void fused_scores(const int G, int d, int n, int np, const float *q,
+                                                             const kvq_attn_rows *k, float *s, const int fmt) {
+    float part[KVQ_ATTN_MAX_G * 256] __attribute__((aligned(64))); /* (G, 16 tokens, 16 lanes) */
+    for (int t0 = 0; t0 < n; t0 += 16) {
+        const int nb = n - t0 < 16 ? n - t0 : 16;
+        for (int j = 0; j < 16; j++) {
+            __m512 a[KVQ_ATTN_MAX_G];
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++) a[g] = _mm512_setzero_ps();
+            if (j < nb) {
+                for (int blk = 0; blk < d / 32; blk++) {
+                    __m512 k0, k1;
+                    load32(k, t0 + j, blk, &k0, &k1, fmt);
+#pragma GCC unroll 8
+                    for (int g = 0; g < G; g++) {
+                        a[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * d + 32 * blk), k0, a[g]);
+                        a[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q + g * d + 32 * blk + 16), k1, a[g]);
+                    }
+                }
+            }
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++) _mm512_store_ps(part + g * 256 + j * 16, a[g]);
+        }
+        const __mmask16 pad = (__mmask16)~((1u << nb) - 1u);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+            _mm512_store_ps(s + g * np + t0,
+                            _mm512_mask_mov_ps(reduce16(part + g * 256), pad, _mm512_set1_ps(-INFINITY)));
+    }
+}
+
+/* acc (G, d) += p (G, np) x V rows, BB blocks of 32 channels at a time. */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void fused_pv(const int G, const int BB, int d, int n, int np,
+                                                         const float *p, const kvq_attn_rows *v, float *acc,
+                                                         const int fmt) {
+    for (int blk0 = 0; blk0 < d / 32; blk0 += BB) {
+        __m512 a[KVQ_ATTN_MAX_G][4];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int b = 0; b < 2 * BB; b++) a[g][b] = _mm512_loadu_ps(acc + g * d + 32 * blk0 + 16 * b);
+        for (int t = 0; t < n; t++) {
+            __m512 vv[4];
+#pragma GCC unroll 2
+            for (int bb = 0; bb < BB; bb++) load32(v, t, blk0 + bb, &vv[2 * bb], &vv[2 * bb + 1], fmt);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; g++) {
+                const __m512 pg = _mm512_set1_ps(p[g * np + t]);
+#pragma GCC unroll 4
+                for (int b = 0; b < 2 * BB; b++) a[g][b] = _mm512_fmadd_ps(pg, vv[b], a[g][b]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int b = 0; b < 2 * BB; b++) _mm512_storeu_ps(acc + g * d + 32 * blk0 + 16 * b, a[g][b]);
+    }
+}
+
+typedef void (*fused_scores_fn)(int d, int n, int np, const float *q, const kvq_attn_rows *k, float *s);
+typedef void (*fused_pv_fn)(int d, int n, int np, const float *p, const kvq_attn_rows *v, float *acc);
+
+/* One instantiation per (format, group size), so the G accumulators are
+ * registers and the row decode is straight-line code. */
+#define KVQ_FUSED_G(fmt, G)                                                                                     \
+    KVQ_TARGET_AVX512 static void scores_##fmt##_##G(int d, int n, int np, const float *q,                     \
+                                                     const kvq_attn_rows *k, float *s) {                       \
+        fused_scores(G, d, n, np, q, k, s, KVQ_FMT_##fmt);                                                      \
+    }                                                                                                           \
+    KVQ_TARGET_AVX512 static void pv_##fmt##_##G(int d, int n, int np, const float *p, const kvq_attn_rows *v, \
+                                                 float *acc) {                                                  \
+        if (G <= 4 && d % 64 == 0) fused_pv(G, 2, d, n, np, p, v, acc, KVQ_FMT_##fmt);                         \
+        else fused_pv(G, 1, d, n, np, p, v, acc, KVQ_FMT_##fmt);                                                \
+    }
+#define KVQ_FUSED_FMT(fmt)                                                                                       \
+    KVQ_FUSED_G(fmt, 1) KVQ_FUSED_G(fmt, 2) KVQ_FUSED_G(fmt, 3) KVQ_FUSED_G(fmt, 4) KVQ_FUSED_G(fmt, 5)        \
+    KVQ_FUSED_G(fmt, 6) KVQ_FUSED_G(fmt, 7) KVQ_FUSED_G(fmt, 8)
+#define KVQ_FUSED_ALL(X) X(F32) X(F16) X(BF16) X(Q8_0) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(IQ4_NL) X(ROT2) X(ROT3) X(ROT4)
+KVQ_FUSED_ALL(KVQ_FUSED_FMT)
+
+#define KVQ_FUSED_ROW(fmt)                                                                                   \
+    [KVQ_FMT_##fmt] = {scores_##fmt##_1, scores_##fmt##_2, scores_##fmt##_3, scores_##fmt##_4,                \
+                       scores_##fmt##_5, scores_##fmt##_6, scores_##fmt##_7, scores_##fmt##_8},
+static const fused_scores_fn scores_tab[KVQ_FMT_COUNT][KVQ_ATTN_MAX_G] = {KVQ_FUSED_ALL(KVQ_FUSED_ROW)};
+#undef KVQ_FUSED_ROW
+#define KVQ_FUSED_ROW(fmt)                                                                                    \
+    [KVQ_FMT_##fmt] = {pv_##fmt##_1, pv_##fmt##_2, pv_##fmt##_3, pv_##fmt##_4, pv_##fmt##_5, pv_##fmt##_6,     \
+                       pv_##fmt##_7, pv_##fmt##_8},
+static const fused_pv_fn pv_tab[KVQ_FMT_COUNT][KVQ_ATTN_MAX_G] = {KVQ_FUSED_ALL(KVQ_FUSED_ROW)};
+#undef KVQ_FUSED_ROW
+
+KVQ_TARGET_AVX512 void kvq_attn_fused_avx512(int G, int d, int n, const float *q, const kvq_attn_rows *k,
+                                             const kvq_attn_rows *v, float *m, float *l, float *acc) {
+    const int np = (n + 15) & ~15;
+    float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE] __attribute__((aligned(64))); /* (G, np) scores, then p */
+    scores_tab[k->fmt][G - 1](d, n, np, q, k, s);
+    softmax_update(G, d, np, s, m, l, acc);
+    pv_tab[v->fmt][G - 1](d, n, np, s, v, acc);
+}
+
+/* Float and f16 rows of contiguous (n, d) buffers: the fused kernel. */
 KVQ_TARGET_AVX512 void kvq_attn_tile_f32_avx512(int G, int d, int n, const float *q, const void *k, const void *v,
                                                 float *m, float *l, float *acc) {
-    KVQ_TILE_CASES(KVQ_ROWS_F32)
+    const kvq_attn_rows kr = {k, sizeof(float) * (size_t)d, NULL, KVQ_FMT_F32};
+    const kvq_attn_rows vr = {v, sizeof(float) * (size_t)d, NULL, KVQ_FMT_F32};
+    kvq_attn_fused_avx512(G, d, n, q, &kr, &vr, m, l, acc);
 }
 
 KVQ_TARGET_AVX512 void kvq_attn_tile_f16_avx512(int G, int d, int n, const float *q, const void *k, const void *v,
                                                 float *m, float *l, float *acc) {
-    KVQ_TILE_CASES(KVQ_ROWS_F16)
+    const kvq_attn_rows kr = {k, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16};
+    const kvq_attn_rows vr = {v, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16};
+    kvq_attn_fused_avx512(G, d, n, q, &kr, &vr, m, l, acc);
 }
 #endif

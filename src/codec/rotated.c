@@ -129,6 +129,7 @@ static void rot_select(kvq_codec *c) {
         c->encode = kvq_rot_encode_avx512;
         c->decode = decode_avx512;
         c->decode_domain = kvq_rot_decode_domain_avx512;
+        c->decode_tile_domain = kvq_rot_decode_tile_avx512;
     }
 #endif
 }

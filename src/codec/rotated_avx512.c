@@ -61,27 +61,45 @@ KVQ_TARGET_AVX512 kvq_status kvq_rot_encode_avx512(const kvq_codec *c, const flo
     }
 }
 
-/* 16 indices of b bits (2b <= 8 bytes) per step: the bytes form one 64-bit
- * word w; index j is (w >> j b) & mask, shifted in two halves of eight
- * 64-bit lanes. */
-KVQ_TARGET_AVX512 void kvq_rot_decode_domain_avx512(const kvq_codec *c, const void *src, float *y) {
+/* 16 indices of b bits (2b <= 8 bytes) per step: the 2b bytes are one
+ * 64-bit word w broadcast to every lane; 64-bit lane k shifts it right by
+ * 2k b (index 2k lands in its low dword) and by (2k + 1) b then left by 32
+ * (index 2k + 1 lands in its high dword). vpermps reads the low 4 bits of
+ * each dword, so the codebook is replicated to 16 entries (entry j =
+ * centroid j mod 2^b) and no masking is needed; it is pre-multiplied by the
+ * row's scale, which is the reference's s * centroid product exactly. */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void decode_rows(const kvq_codec *c, const uint8_t *in, int n_rows,
+                                                             float *y, const int b) {
     const kvq_rot_state *st = c->state;
-    const uint8_t *in = src;
-    const int b = st->bits;
-    const __m512 s = _mm512_set1_ps(kvq_f16_to_f32(kvq_load_u16(in)));
-    const __m512 cen = _mm512_loadu_ps(st->centroid);
-    const __m512i lo_shift = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64(b));
-    const __m512i hi_shift = _mm512_add_epi64(lo_shift, _mm512_set1_epi64(8 * b));
-    const __m512i mask = _mm512_set1_epi32((1 << b) - 1);
-    in += 2;
-    for (int i = 0; i < c->head_dim; i += 16, in += 2 * b) {
-        uint64_t w = 0;
-        for (int k = 0; k < 2 * b; k++) w |= (uint64_t)in[k] << (8 * k);
-        const __m512i wv = _mm512_set1_epi64((long long)w);
-        const __m256i lo = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, lo_shift));
-        const __m256i hi = _mm512_cvtepi64_epi32(_mm512_srlv_epi64(wv, hi_shift));
-        const __m512i q = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), mask);
-        _mm512_storeu_ps(y + i, _mm512_mul_ps(s, _mm512_permutexvar_ps(q, cen)));
+    const int d = c->head_dim;
+    const __m512 cen = _mm512_permutexvar_ps(_mm512_and_si512(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
+                                                                               4, 3, 2, 1, 0),
+                                                              _mm512_set1_epi32((1 << b) - 1)),
+                                             _mm512_loadu_ps(st->centroid));
+    const __m512i even_shift = _mm512_mullo_epi64(_mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), _mm512_set1_epi64(b));
+    const __m512i odd_shift = _mm512_add_epi64(even_shift, _mm512_set1_epi64(b));
+    const __mmask16 bytes = (__mmask16)((1u << (2 * b)) - 1u);
+    for (int r = 0; r < n_rows; r++, in += c->row_bytes, y += d) {
+        const __m512 cs = _mm512_mul_ps(_mm512_set1_ps(kvq_f16_to_f32(kvq_load_u16(in))), cen);
+        const uint8_t *p = in + 2;
+        for (int i = 0; i < d; i += 16, p += 2 * b) {
+            const __m512i w = _mm512_broadcastq_epi64(_mm_maskz_loadu_epi8(bytes, p));
+            const __m512i lo = _mm512_srlv_epi64(w, even_shift);
+            const __m512i hi = _mm512_slli_epi64(_mm512_srlv_epi64(w, odd_shift), 32);
+            _mm512_storeu_ps(y + i, _mm512_permutexvar_ps(_mm512_mask_blend_epi32(0xAAAA, lo, hi), cs));
+        }
+    }
+}
+
+KVQ_TARGET_AVX512 void kvq_rot_decode_domain_avx512(const kvq_codec *c, const void *src, float *y) {
+    kvq_rot_decode_tile_avx512(c, src, 1, y);
+}
+
+KVQ_TARGET_AVX512 void kvq_rot_decode_tile_avx512(const kvq_codec *c, const void *src, int n_rows, float *y) {
+    switch (((const kvq_rot_state *)c->state)->bits) {
+    case 2: decode_rows(c, src, n_rows, y, 2); break;
+    case 3: decode_rows(c, src, n_rows, y, 3); break;
+    default: decode_rows(c, src, n_rows, y, 4); break;
     }
 }
 #endif

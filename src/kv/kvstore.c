@@ -6,64 +6,51 @@
 #include "common/fp16.h"
 #include "kv/kvstore.h"
 
-/* Tiles of one byte size, carved from chunks that grow geometrically so a
- * short context holds little and a long one makes few allocations. Freed
- * tiles go to a free list (linked through their first bytes). */
-struct kvq_kv_pool {
-    size_t tile_bytes;  /* rounded up to 64 for alignment */
-    void *free_list;
-    void **chunks;      /* (n_chunks) */
-    int n_chunks, cap_chunks;
-    size_t next_chunk_tiles;
-};
+/* A stream's segment k holds min(SEG_FIRST << k, the tiles of SEG_MAX_BYTES)
+ * tiles (at least SEG_FIRST): a short context holds little, a long one makes
+ * few allocations, and the unused tail of the last segment is bounded. */
+#define SEG_FIRST 4
+#define SEG_MAX_BYTES ((size_t)256 << 10)
 
-#define POOL_FIRST_CHUNK 16
-#define POOL_MAX_CHUNK 1024
-
-static kvq_kv_pool *pool_create(size_t tile_bytes) {
-    kvq_kv_pool *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
-    p->tile_bytes = (tile_bytes + 63) & ~(size_t)63;
-    p->next_chunk_tiles = POOL_FIRST_CHUNK;
-    return p;
+static int seg_tiles(int k, size_t tile_bytes) {
+    const size_t cap = SEG_MAX_BYTES / tile_bytes > SEG_FIRST ? SEG_MAX_BYTES / tile_bytes : SEG_FIRST;
+    const size_t n = k < 16 ? (size_t)SEG_FIRST << k : cap;
+    return (int)(n < cap ? n : cap);
 }
 
-static void pool_free(kvq_kv_pool *p) {
-    if (!p) return;
-    for (int i = 0; i < p->n_chunks; i++) kvq_free_aligned(p->chunks[i]);
-    free(p->chunks);
-    free(p);
+/* Tiles a stream's segments hold. */
+static int stream_cap(const kvq_kv_stream *st, size_t tile_bytes) {
+    int n = 0;
+    for (int k = 0; k < st->n_segs; k++) n += seg_tiles(k, tile_bytes);
+    return n;
 }
 
-static uint8_t *pool_get(kvq_kv_pool *p) {
-    if (!p->free_list) {
-        if (p->n_chunks == p->cap_chunks) {
-            const int cap = p->cap_chunks ? 2 * p->cap_chunks : 8;
-            void **c = realloc(p->chunks, sizeof *c * (size_t)cap);
-            if (!c) return NULL;
-            p->chunks = c;
-            p->cap_chunks = cap;
-        }
-        const size_t n = p->next_chunk_tiles;
-        uint8_t *chunk = kvq_alloc_aligned(kvq_mul_size(n, p->tile_bytes));
-        if (!chunk) return NULL;
-        p->chunks[p->n_chunks++] = chunk;
-        if (p->next_chunk_tiles < POOL_MAX_CHUNK) p->next_chunk_tiles *= 2;
-        /* Pushed in reverse so tiles come out in address order. */
-        for (size_t i = n; i-- > 0;) {
-            void *t = chunk + i * p->tile_bytes;
-            memcpy(t, &p->free_list, sizeof(void *));
-            p->free_list = t;
-        }
+/* Makes room for tile n_tiles in the stream (a new segment when full). */
+static kvq_status stream_reserve(kvq_kv_stream *st, int n_tiles, size_t tile_bytes) {
+    const int cap = stream_cap(st, tile_bytes);
+    if (n_tiles < cap) return KVQ_OK;
+    const int n = seg_tiles(st->n_segs, tile_bytes);
+    uint8_t **segs = realloc(st->segs, sizeof *segs * (size_t)(st->n_segs + 1));
+    KVQ_RETURN_IF(!segs, KVQ_ERR_NOMEM, "kv store: out of memory");
+    st->segs = segs;
+    uint8_t **tiles = realloc(st->tiles, sizeof *tiles * (size_t)(cap + n));
+    KVQ_RETURN_IF(!tiles, KVQ_ERR_NOMEM, "kv store: out of memory");
+    st->tiles = tiles;
+    uint8_t *mem = kvq_alloc_aligned(kvq_mul_size((size_t)n, tile_bytes));
+    KVQ_RETURN_IF(!mem, KVQ_ERR_NOMEM, "kv store: out of memory for a tile");
+    st->segs[st->n_segs++] = mem;
+    for (int i = 0; i < n; i++) st->tiles[cap + i] = mem + (size_t)i * tile_bytes;
+    return KVQ_OK;
+}
+
+/* Frees the segments that hold no tile below n_tiles. */
+static void stream_shrink(kvq_kv_stream *st, int n_tiles, size_t tile_bytes) {
+    int first = stream_cap(st, tile_bytes);
+    while (st->n_segs > 0) {
+        first -= seg_tiles(st->n_segs - 1, tile_bytes);
+        if (first < n_tiles) break;
+        kvq_free_aligned(st->segs[--st->n_segs]);
     }
-    uint8_t *t = p->free_list;
-    memcpy(&p->free_list, t, sizeof(void *));
-    return t;
-}
-
-static void pool_put(kvq_kv_pool *p, uint8_t *t) {
-    memcpy(t, &p->free_list, sizeof(void *));
-    p->free_list = t;
 }
 
 void kvq_kv_params_default(kvq_kv_params *p) {
@@ -83,17 +70,6 @@ static kvq_status kv_codec(kvq_kv *kv, const char *name, kvq_codec **out) {
     return KVQ_OK;
 }
 
-static kvq_status kv_pool(kvq_kv *kv, size_t tile_bytes, kvq_kv_pool **out) {
-    const size_t rounded = (tile_bytes + 63) & ~(size_t)63;
-    int i = 0;
-    for (; i < 4 && kv->pools[i]; i++)
-        if (kv->pools[i]->tile_bytes == rounded) break;
-    if (!kv->pools[i]) kv->pools[i] = pool_create(tile_bytes);
-    KVQ_RETURN_IF(!kv->pools[i], KVQ_ERR_NOMEM, "kv store: out of memory");
-    *out = kv->pools[i];
-    return KVQ_OK;
-}
-
 static kvq_status kv_init(kvq_kv *kv) {
     const kvq_kv_params *p = &kv->p;
     const int T = p->tile_tokens, d = p->head_dim, H = p->n_kv_head;
@@ -106,7 +82,7 @@ static kvq_status kv_init(kvq_kv *kv) {
         KVQ_RETURN_IF(!L->streams, KVQ_ERR_NOMEM, "kv store: out of memory");
         for (int kvi = 0; kvi < 2; kvi++) {
             const kvq_codec *c = L->codec[kvi];
-            KVQ_FORWARD(kv_pool(kv, (size_t)T * c->row_bytes, &L->pool[kvi]));
+            L->tile_bytes[kvi] = ((size_t)T * c->row_bytes + 63) & ~(size_t)63;
             L->centered[kvi] = p->centering && c->desc->family->quantized;
         }
         for (int s = 0; s < 2 * H; s++) {
@@ -159,8 +135,7 @@ kvq_status kvq_kv_create(const kvq_kv_params *p, kvq_kv **out) {
 }
 
 static void free_tiles(kvq_kv *kv, kvq_kv_layer *L, int keep) {
-    for (int s = 0; s < 2 * kv->p.n_kv_head; s++)
-        for (int t = keep; t < L->n_tiles; t++) pool_put(L->pool[s & 1], L->streams[s].tiles[t]);
+    for (int s = 0; s < 2 * kv->p.n_kv_head; s++) stream_shrink(&L->streams[s], keep, L->tile_bytes[s & 1]);
     L->n_tiles = keep;
 }
 
@@ -169,6 +144,8 @@ void kvq_kv_free(kvq_kv *kv) {
     for (int l = 0; kv->layers && l < kv->p.n_layer; l++) {
         kvq_kv_layer *L = &kv->layers[l];
         for (int s = 0; L->streams && s < 2 * kv->p.n_kv_head; s++) {
+            stream_shrink(&L->streams[s], 0, L->tile_bytes[s & 1]);
+            free(L->streams[s].segs);
             free(L->streams[s].tiles);
             kvq_free_aligned(L->streams[s].stage);
             kvq_free_aligned(L->streams[s].sink);
@@ -177,10 +154,7 @@ void kvq_kv_free(kvq_kv *kv) {
         free(L->streams);
     }
     free(kv->layers);
-    for (int i = 0; i < 4; i++) {
-        kvq_codec_free(kv->codecs[i]);
-        pool_free(kv->pools[i]);
-    }
+    for (int i = 0; i < 4; i++) kvq_codec_free(kv->codecs[i]);
     free(kv);
 }
 
@@ -188,23 +162,9 @@ void kvq_kv_free(kvq_kv *kv) {
  * anything changes, so running out of memory leaves the store as it was. */
 static kvq_status flush(kvq_kv *kv, kvq_kv_layer *L) {
     const int H = kv->p.n_kv_head, T = kv->p.tile_tokens, d = kv->p.head_dim;
-    if (L->n_tiles == L->cap_tiles) {
-        const int cap = L->cap_tiles ? 2 * L->cap_tiles : 16;
-        for (int s = 0; s < 2 * H; s++) {
-            uint8_t **t = realloc(L->streams[s].tiles, sizeof *t * (size_t)cap);
-            KVQ_RETURN_IF(!t, KVQ_ERR_NOMEM, "kv store: out of memory");
-            L->streams[s].tiles = t;
-        }
-        L->cap_tiles = cap;
-    }
-    for (int s = 0; s < 2 * H; s++) {
-        uint8_t *t = pool_get(L->pool[s & 1]);
-        if (!t) {
-            for (int r = 0; r < s; r++) pool_put(L->pool[r & 1], L->streams[r].tiles[L->n_tiles]);
-            return kvq_fail(KVQ_ERR_NOMEM, "kv store: out of memory for a tile");
-        }
-        L->streams[s].tiles[L->n_tiles] = t;
-    }
+    /* A failed reservation leaves at most a spare segment behind: the store
+     * is unchanged. */
+    for (int s = 0; s < 2 * H; s++) KVQ_FORWARD(stream_reserve(&L->streams[s], L->n_tiles, L->tile_bytes[s & 1]));
     const int first = !L->has_mean;
     kvq_status status = KVQ_OK;
     for (int s = 0; s < 2 * H; s++) {

@@ -6,11 +6,16 @@
 
 #define KVQ_KV_MAX_TILE 256
 
-typedef struct kvq_kv_pool kvq_kv_pool;
-
-/* K or V of one (layer, kv head). */
+/* K or V of one (layer, kv head). Its tiles are carved in order from its
+ * own segments, so consecutive tiles are consecutive in memory and decode
+ * streams through one address range (hardware prefetchers follow it; tiles
+ * scattered over a shared pool left decode latency bound at half the
+ * machine's bandwidth). Segments grow geometrically up to a cap, so memory
+ * follows the used context. */
 typedef struct kvq_kv_stream {
     uint8_t **tiles;  /* (cap_tiles) -> (tile_tokens, row_bytes) codec rows */
+    uint8_t **segs;   /* (n_segs) segment k holds kvq_kv_seg_tiles(k) tiles */
+    int n_segs;
     uint16_t *stage;  /* (tile_tokens, head_dim) f16: the newest tokens */
     uint16_t *sink;   /* (n_sinks, head_dim) f16: the first tokens */
     float *mean;      /* (head_dim) centering mean of the first tile, when layer->has_mean */
@@ -18,7 +23,7 @@ typedef struct kvq_kv_stream {
 
 typedef struct kvq_kv_layer {
     kvq_codec *codec[2];  /* K, V; owned by the store, shared between layers */
-    kvq_kv_pool *pool[2];
+    size_t tile_bytes[2]; /* K, V: tile_tokens * row_bytes, rounded up to 64 */
     int centered[2];      /* tiles of K / V hold x - mean once has_mean */
     int has_mean;
     int n_tokens;
@@ -30,7 +35,6 @@ struct kvq_kv {
     kvq_kv_params p;        /* ctk/ctv point at names below */
     char ctk[32], ctv[32], boundary[32];
     kvq_codec *codecs[4];   /* distinct codecs in use */
-    kvq_kv_pool *pools[4];  /* one per distinct tile size */
     kvq_kv_layer *layers;   /* (n_layer) */
 };
 

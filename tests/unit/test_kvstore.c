@@ -130,7 +130,7 @@ TEST(kvstore_policy_boundary_centering_and_lazy_tiles) {
     CHECK(!strcmp(kvq_codec_name(kv->layers[2].codec[1]), bname));
     CHECK(!strcmp(kvq_codec_name(kv->layers[1].codec[0]), "bf16"));
     CHECK(kv->layers[1].centered[0] == 0);
-    CHECK(kv->layers[1].n_tiles == 0 && kv->layers[1].cap_tiles == 0);
+    CHECK(kv->layers[1].n_tiles == 0 && kv->layers[1].streams[0].n_segs == 0);
     kvq_kv_free(kv);
 }
 
