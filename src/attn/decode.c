@@ -157,7 +157,7 @@ static void attend_rows(const run_ctx *c, int kvh, int kind, int pos, int n, con
 
 /* f16 rows (sinks, staging) of a stream. */
 static kvq_attn_rows f16_rows(const uint16_t *rows, int d) {
-    return (kvq_attn_rows){(const uint8_t *)rows, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16};
+    return (kvq_attn_rows){(const uint8_t *)rows, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16, NULL};
 }
 
 static void run_task(int task, int worker, void *arg) {
@@ -189,20 +189,19 @@ static void run_task(int task, int worker, void *arg) {
     float *kbuf = c->scratch + (size_t)worker * 2 * T * d; /* (tile_tokens, head_dim) */
     float *vbuf = kbuf + (size_t)T * d;                    /* (tile_tokens, head_dim) */
     const int t_end = (j + 1) * c->chunk < L->n_tiles ? (j + 1) * c->chunk : L->n_tiles;
-    const size_t kbytes = (size_t)T * L->codec[0]->row_bytes, vbytes = (size_t)T * L->codec[1]->row_bytes;
     for (int t = j * c->chunk; t < t_end; t++) {
         const int pos = n_sunk + t * T;
         if (pos > c->pos0 + c->n_q - 1) break;
-        /* Tiles sit in separate pool slots (a page each for f16 at d=64):
-         * hardware prefetchers stop at page boundaries, so fetch the next
-         * tile ourselves while this one is computed. */
-        if (t + 1 < t_end) {
-            for (size_t b = 0; b < kbytes; b += 64) __builtin_prefetch(sk->tiles[t + 1] + b);
-            for (size_t b = 0; b < vbytes; b += 64) __builtin_prefetch(sv->tiles[t + 1] + b);
-        }
         if (c->kern.fused && c->fmt[0] >= 0 && c->fmt[1] >= 0) {
-            const kvq_attn_rows k = {sk->tiles[t], L->codec[0]->row_bytes, c->lut[0], c->fmt[0]};
-            const kvq_attn_rows v = {sv->tiles[t], L->codec[1]->row_bytes, c->lut[1], c->fmt[1]};
+            /* The kernel prefetches the next tile row by row as it computes
+             * this one: a burst of prefetches for a whole tile fills the line
+             * fill buffers and stalls the core, so memory and compute would
+             * not overlap. */
+            const int more = t + 1 < t_end;
+            const kvq_attn_rows k = {sk->tiles[t], L->codec[0]->row_bytes, c->lut[0], c->fmt[0],
+                                     more ? sk->tiles[t + 1] : NULL};
+            const kvq_attn_rows v = {sv->tiles[t], L->codec[1]->row_bytes, c->lut[1], c->fmt[1],
+                                     more ? sv->tiles[t + 1] : NULL};
             attend_rows(c, kvh, KVQ_ROWS_F32, pos, T, &k, &v, c->qd, part);
             continue;
         }
@@ -227,7 +226,7 @@ static void run_task(int task, int worker, void *arg) {
         }
         const int fmt = kind == KVQ_ROWS_F16 ? KVQ_FMT_F16 : KVQ_FMT_F32;
         const size_t stride = (kind == KVQ_ROWS_F16 ? sizeof(uint16_t) : sizeof(float)) * (size_t)d;
-        const kvq_attn_rows kr = {k, stride, NULL, fmt}, vr = {v, stride, NULL, fmt};
+        const kvq_attn_rows kr = {k, stride, NULL, fmt, NULL}, vr = {v, stride, NULL, fmt, NULL};
         attend_rows(c, kvh, kind, pos, T, &kr, &vr, c->qd, part);
     }
 }

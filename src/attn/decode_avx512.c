@@ -176,6 +176,13 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void load32(const kvq_attn_rows *r, i
     }
 }
 
+/* Prefetches row t of the next tile (the cache lines it starts in). */
+static KVQ_ALWAYS_INLINE void prefetch_next(const kvq_attn_rows *r, int t) {
+    if (!r->next) return;
+    const size_t first = ((size_t)t * r->stride) & ~(size_t)63, end = (size_t)(t + 1) * r->stride;
+    for (size_t o = first; o < end; o += 64) __builtin_prefetch(r->next + o);
+}
+
 /* s (G, np): raw scores of the n rows, -Inf past n. */
 KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void fused_scores(const int G, int d, int n, int np, const float *q,
                                                              const kvq_attn_rows *k, float *s, const int fmt) {
@@ -187,6 +194,7 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void fused_scores(const int G, int d,
 #pragma GCC unroll 8
             for (int g = 0; g < G; g++) a[g] = _mm512_setzero_ps();
             if (j < nb) {
+                prefetch_next(k, t0 + j);
                 for (int blk = 0; blk < d / 32; blk++) {
                     __m512 k0, k1;
                     load32(k, t0 + j, blk, &k0, &k1, fmt);
@@ -219,6 +227,7 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void fused_pv(const int G, const int 
 #pragma GCC unroll 4
             for (int b = 0; b < 2 * BB; b++) a[g][b] = _mm512_loadu_ps(acc + g * d + 32 * blk0 + 16 * b);
         for (int t = 0; t < n; t++) {
+            if (blk0 == 0) prefetch_next(v, t);
             __m512 vv[4];
 #pragma GCC unroll 2
             for (int bb = 0; bb < BB; bb++) load32(v, t, blk0 + bb, &vv[2 * bb], &vv[2 * bb + 1], fmt);
@@ -280,15 +289,15 @@ KVQ_TARGET_AVX512 void kvq_attn_fused_avx512(int G, int d, int n, const float *q
 /* Float and f16 rows of contiguous (n, d) buffers: the fused kernel. */
 KVQ_TARGET_AVX512 void kvq_attn_tile_f32_avx512(int G, int d, int n, const float *q, const void *k, const void *v,
                                                 float *m, float *l, float *acc) {
-    const kvq_attn_rows kr = {k, sizeof(float) * (size_t)d, NULL, KVQ_FMT_F32};
-    const kvq_attn_rows vr = {v, sizeof(float) * (size_t)d, NULL, KVQ_FMT_F32};
+    const kvq_attn_rows kr = {k, sizeof(float) * (size_t)d, NULL, KVQ_FMT_F32, NULL};
+    const kvq_attn_rows vr = {v, sizeof(float) * (size_t)d, NULL, KVQ_FMT_F32, NULL};
     kvq_attn_fused_avx512(G, d, n, q, &kr, &vr, m, l, acc);
 }
 
 KVQ_TARGET_AVX512 void kvq_attn_tile_f16_avx512(int G, int d, int n, const float *q, const void *k, const void *v,
                                                 float *m, float *l, float *acc) {
-    const kvq_attn_rows kr = {k, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16};
-    const kvq_attn_rows vr = {v, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16};
+    const kvq_attn_rows kr = {k, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16, NULL};
+    const kvq_attn_rows vr = {v, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16, NULL};
     kvq_attn_fused_avx512(G, d, n, q, &kr, &vr, m, l, acc);
 }
 #endif
