@@ -37,13 +37,46 @@ const kvq_codec_desc *kvq_codec_desc_find(const char *base_name) {
 /* The QJL sketch: S (head_dim, head_dim), i.i.d. N(0,1), from the seed. The
  * stream is offset from the rotation's so the two never share draws. */
 static kvq_status qjl_init(kvq_codec *c) {
-    const int d = c->head_dim;
-    c->qjl_sketch = kvq_alloc_aligned(sizeof(float) * (size_t)d * (size_t)d);
-    KVQ_RETURN_IF(!c->qjl_sketch, KVQ_ERR_NOMEM, "codec %s: out of memory for the QJL sketch", c->name);
+    const size_t d = (size_t)c->head_dim;
+    c->qjl_sketch = kvq_alloc_aligned(sizeof(float) * d * d);
+    c->qjl_sketch_t = kvq_alloc_aligned(sizeof(float) * d * d);
+    KVQ_RETURN_IF(!c->qjl_sketch || !c->qjl_sketch_t, KVQ_ERR_NOMEM, "codec %s: out of memory for the QJL sketch",
+                  c->name);
     uint64_t state = c->seed ^ 0x514A4C736B657463ull; /* "QJLsketc" */
-    for (size_t i = 0; i < (size_t)d * (size_t)d; i++) c->qjl_sketch[i] = (float)kvq_rng_normal(&state);
+    for (size_t i = 0; i < d; i++)
+        for (size_t j = 0; j < d; j++) {
+            const float s = (float)kvq_rng_normal(&state);
+            c->qjl_sketch[i * d + j] = s;
+            c->qjl_sketch_t[j * d + i] = s;
+        }
     return KVQ_OK;
 }
+
+static void qjl_signs_ref(const kvq_codec *c, const float *r, uint8_t *bits) {
+    const int d = c->head_dim;
+    memset(bits, 0, (size_t)d / 8);
+    for (int i = 0; i < d; i++) {
+        const float *s = c->qjl_sketch + (size_t)i * d;
+        float dot = 0;
+        for (int j = 0; j < d; j++) dot += s[j] * r[j];
+        if (dot >= 0) bits[i / 8] |= (uint8_t)(1u << (i % 8));
+    }
+}
+
+static void qjl_add_ref(const kvq_codec *c, const uint8_t *bits, float k, float *y) {
+    const int d = c->head_dim;
+    for (int i = 0; i < d; i++) {
+        const float sign = (bits[i / 8] >> (i % 8)) & 1 ? k : -k;
+        const float *s = c->qjl_sketch + (size_t)i * d;
+        for (int j = 0; j < d; j++) y[j] += sign * s[j];
+    }
+}
+
+/* Per-ISA QJL kernels (qjl_avx2.c, qjl_avx512.c). */
+void kvq_qjl_signs_avx2(const kvq_codec *c, const float *r, uint8_t *bits);
+void kvq_qjl_add_avx2(const kvq_codec *c, const uint8_t *bits, float k, float *y);
+void kvq_qjl_signs_avx512(const kvq_codec *c, const float *r, uint8_t *bits);
+void kvq_qjl_add_avx512(const kvq_codec *c, const uint8_t *bits, float k, float *y);
 
 static void decode_tile_generic(const kvq_codec *c, const void *src, int n_rows, float *y) {
     const uint8_t *in = src;
@@ -56,6 +89,18 @@ static void codec_select(kvq_codec *c) {
     c->decode_tile_domain = NULL;
     c->desc->family->select(c);
     if (!c->decode_tile_domain) c->decode_tile_domain = decode_tile_generic;
+    c->qjl_signs = qjl_signs_ref;
+    c->qjl_add = qjl_add_ref;
+#if KVQ_HAVE_X86
+    if (c->isa >= KVQ_ISA_AVX2) {
+        c->qjl_signs = kvq_qjl_signs_avx2;
+        c->qjl_add = kvq_qjl_add_avx2;
+    }
+    if (c->isa >= KVQ_ISA_AVX512) {
+        c->qjl_signs = kvq_qjl_signs_avx512;
+        c->qjl_add = kvq_qjl_add_avx512;
+    }
+#endif
 }
 
 kvq_status kvq_codec_create(const char *name, int head_dim, uint64_t seed, kvq_codec **out) {
@@ -109,6 +154,7 @@ void kvq_codec_free(kvq_codec *c) {
     if (c->desc->family->fini) c->desc->family->fini(c);
     kvq_free_aligned(c->mean);
     kvq_free_aligned(c->qjl_sketch);
+    kvq_free_aligned(c->qjl_sketch_t);
     free(c);
 }
 
@@ -170,13 +216,7 @@ static kvq_status qjl_encode(const kvq_codec *c, const float *xc, const void *ba
         r[i] = xc[i] - r[i];
         norm2 += (double)r[i] * r[i];
     }
-    memset(dst, 0, (size_t)d / 8);
-    for (int i = 0; i < d; i++) {
-        const float *s = c->qjl_sketch + (size_t)i * d;
-        float dot = 0;
-        for (int j = 0; j < d; j++) dot += s[j] * r[j];
-        if (dot >= 0) dst[i / 8] |= (uint8_t)(1u << (i % 8));
-    }
+    c->qjl_signs(c, r, dst);
     /* A row the base codec accepts can still leave a residual whose norm
      * overflows fp16 (values near the base scale's limit): an Inf norm
      * would decode to Inf, so such a row is refused like a base overflow. */
@@ -191,11 +231,7 @@ static void qjl_decode_add(const kvq_codec *c, const uint8_t *src, float *y) {
     const int d = c->head_dim;
     const float norm = kvq_f16_to_f32(kvq_load_u16(src + d / 8));
     const float k = 1.2533141373155003f * norm / (float)d; /* sqrt(pi/2) */
-    for (int i = 0; i < d; i++) {
-        const float sign = (src[i / 8] >> (i % 8)) & 1 ? k : -k;
-        const float *s = c->qjl_sketch + (size_t)i * d;
-        for (int j = 0; j < d; j++) y[j] += sign * s[j];
-    }
+    c->qjl_add(c, src, k, y);
 }
 
 kvq_status kvq_codec_encode_row(const kvq_codec *c, const float *x, void *dst) {

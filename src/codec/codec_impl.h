@@ -54,6 +54,12 @@ struct kvq_codec {
     size_t row_bytes;       /* base_bytes + QJL part */
     float *mean;            /* (head_dim) centering mean, or NULL */
     float *qjl_sketch;      /* (head_dim, head_dim) Gaussian QJL matrix S, or NULL */
+    float *qjl_sketch_t;    /* S transposed: SIMD sign sketches run over 16 rows of S at once */
+    /* bits = sign(S r) (bit i set when (S r)_i >= 0), and y += k S^T (2 bits - 1).
+     * Every path sums in the reference's order (SIMD lanes are rows of S, or
+     * elements of y), so the bytes and floats match the reference exactly. */
+    void (*qjl_signs)(const kvq_codec *c, const float *r, uint8_t *bits);
+    void (*qjl_add)(const kvq_codec *c, const uint8_t *bits, float k, float *y);
     void *state;            /* family-owned */
     kvq_encode_fn encode;
     kvq_decode_fn decode;

@@ -70,6 +70,14 @@ void kvq_decode_tile_bf16_avx2(const kvq_codec *c, const void *src, int n_rows, 
 void kvq_decode_tile_f16_avx512(const kvq_codec *c, const void *src, int n_rows, float *y);
 void kvq_decode_tile_bf16_avx512(const kvq_codec *c, const void *src, int n_rows, float *y);
 
+#if KVQ_HAVE_X86
+/* One row is a tile of one: -O2 does not vectorize the reference's shift loop. */
+static void decode_bf16_avx2(const kvq_codec *c, const void *src, float *y) { kvq_decode_tile_bf16_avx2(c, src, 1, y); }
+static void decode_bf16_avx512(const kvq_codec *c, const void *src, float *y) {
+    kvq_decode_tile_bf16_avx512(c, src, 1, y);
+}
+#endif
+
 static void plain_select(kvq_codec *c) {
     plain_pick(c);
     c->decode_domain = c->decode;
@@ -101,15 +109,17 @@ static void plain_pick(kvq_codec *c) {
         return;
     default: /* KVQ_PLAIN_BF16 */
         c->encode = encode_bf16_ref;
-        c->decode = decode_bf16_ref; /* a shift: the compiler vectorizes it */
+        c->decode = decode_bf16_ref;
         c->decode_tile_domain = decode_tile_bf16_ref;
 #if KVQ_HAVE_X86
         if (c->isa >= KVQ_ISA_AVX2) {
             c->encode = kvq_encode_bf16_avx2;
+            c->decode = decode_bf16_avx2;
             c->decode_tile_domain = kvq_decode_tile_bf16_avx2;
         }
         if (c->isa >= KVQ_ISA_AVX512) {
             c->encode = kvq_encode_bf16_avx512;
+            c->decode = decode_bf16_avx512;
             c->decode_tile_domain = kvq_decode_tile_bf16_avx512;
         }
 #endif

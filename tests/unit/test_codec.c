@@ -136,13 +136,17 @@ TEST(codec_round_trip_within_stated_bounds) {
     }
 }
 
-/* Every ISA path produces the reference's bytes and floats. */
+/* Every ISA path produces the reference's bytes and floats, with and
+ * without the +qjl sketch. */
 TEST(codec_isa_paths_match_reference) {
-    for (int i = 0; i < kvq_codec_count(); i++) {
-        const char *name = kvq_codec_name_at(i);
+    for (int i = 0; i < 2 * kvq_codec_count(); i++) {
+        char name[40];
+        snprintf(name, sizeof name, "%s%s", kvq_codec_name_at(i / 2), i % 2 ? "+qjl" : "");
         for (size_t k = 0; k < KVQ_ARRAY_LEN(head_dims); k++) {
             const int d = head_dims[k], n = 64;
             kvq_codec *ref = NULL, *fast = NULL;
+            if (i % 2 && kvq_codec_create(name, d, 99, &ref) == KVQ_ERR_INVALID_ARG) break; /* unquantized */
+            kvq_codec_free(ref);
             CHECK_OK(kvq_codec_create(name, d, 99, &ref));
             CHECK_OK(kvq_codec_create(name, d, 99, &fast));
             CHECK_OK(kvq_codec_set_isa(ref, KVQ_ISA_REF));
