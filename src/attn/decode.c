@@ -107,6 +107,11 @@ static void rows_lut(const kvq_codec *c, int fmt, float lut[16]) {
 #define TASKS_PER_HEAD 16
 #define MIN_TILES_PER_TASK 4
 
+/* The fused kernel dequantizes a row each time a query reads it; a block of
+ * prefill queries shares one decode of the tile into scratch instead (the
+ * float rows then stay in L1 for every query of the block). */
+#define FUSED_MAX_QUERIES 2
+
 typedef struct run_ctx {
     const kvq_kv *kv;
     const kvq_kv_layer *L;
@@ -115,6 +120,7 @@ typedef struct run_ctx {
     int chunk, n_chunks, tasks_per_head;
     int direct[2];     /* K / V tiles are f16 rows, read in place */
     int fmt[2];        /* K / V fused row formats; -1 when the fused kernel cannot read them */
+    int in_place;      /* the fused kernel reads the tiles' rows in place (see FUSED_MAX_QUERIES) */
     float lut[2][16];  /* K / V row tables (kvq_attn_rows.lut) */
     const float *qd;   /* (n_q, n_head, head_dim) scaled, in the K domain */
     const float *qr;   /* (n_q, n_head, head_dim) scaled, original space */
@@ -192,7 +198,7 @@ static void run_task(int task, int worker, void *arg) {
     for (int t = j * c->chunk; t < t_end; t++) {
         const int pos = n_sunk + t * T;
         if (pos > c->pos0 + c->n_q - 1) break;
-        if (c->kern.fused && c->fmt[0] >= 0 && c->fmt[1] >= 0) {
+        if (c->in_place) {
             /* The kernel prefetches the next tile row by row as it computes
              * this one: a burst of prefetches for a whole tile fills the line
              * fill buffers and stalls the core, so memory and compute would
@@ -312,6 +318,7 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
         c.fmt[i] = kvq_attn_rows_fmt(L->codec[i]);
         if (c.fmt[i] >= 0) rows_lut(L->codec[i], c.fmt[i], c.lut[i]);
     }
+    c.in_place = c.kern.fused && c.fmt[0] >= 0 && c.fmt[1] >= 0 && n_q <= FUSED_MAX_QUERIES;
     const int n_workers = kvq_threadpool_size(pool);
     const size_t n_tasks = (size_t)H * c.tasks_per_head;
     const size_t qn = (size_t)n_q * n_head * d;
