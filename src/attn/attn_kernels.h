@@ -41,9 +41,29 @@ typedef struct kvq_attn_rows {
 typedef void (*kvq_attn_fused_fn)(int G, int d, int n, const float *q, const kvq_attn_rows *k,
                                   const kvq_attn_rows *v, float *m, float *l, float *acc);
 
+/* One query head of a block of queries: its prepared query (head_dim), its
+ * running max, sum and accumulator (head_dim), and how many of the rows it
+ * may see (causal mask; <= 0: none). */
+typedef struct kvq_attn_qrow {
+    const float *q;
+    float *m, *l, *acc;
+    int n_valid;
+} kvq_attn_qrow;
+
+/* Query heads one block-kernel call takes at most. */
+#define KVQ_ATTN_BLOCK_ROWS 96
+
+/* Online-softmax attention of R <= KVQ_ATTN_BLOCK_ROWS query heads (any mix
+ * of queries and heads) over n rows of F32 or F16 format: scores and P x V
+ * as register-blocked products over 32-row slices, each K / V row loaded
+ * once for all R heads. Prefill's kernel. */
+typedef void (*kvq_attn_block_fn)(int R, const kvq_attn_qrow *rows, int d, int n, const kvq_attn_rows *k,
+                                  const kvq_attn_rows *v);
+
 typedef struct kvq_attn_kernels {
     kvq_attn_tile_fn tile[2]; /* by row kind */
     kvq_attn_fused_fn fused;  /* NULL where the path has none: tiles are decoded to floats first */
+    kvq_attn_block_fn block;  /* NULL where the path has none: queries run one by one */
 } kvq_attn_kernels;
 
 /* The fused format of a codec's attention-domain rows, or -1 (+qjl). */
@@ -51,6 +71,9 @@ int kvq_attn_rows_fmt(const kvq_codec *c);
 
 void kvq_attn_fused_avx512(int G, int d, int n, const float *q, const kvq_attn_rows *k, const kvq_attn_rows *v,
                            float *m, float *l, float *acc);
+
+void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, int d, int n, const kvq_attn_rows *k,
+                           const kvq_attn_rows *v);
 
 /* The kernels of a path (the next lower one where a path lacks a kernel). */
 void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out);

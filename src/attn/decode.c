@@ -65,6 +65,7 @@ void kvq_attn_tile_f16_ref(int G, int d, int n, const float *q, const void *k, c
 }
 
 void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
+    *out = (kvq_attn_kernels){0};
     out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_ref;
     out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_ref;
 #if KVQ_HAVE_X86
@@ -76,6 +77,7 @@ void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
         out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_avx512;
         out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_avx512;
         out->fused = kvq_attn_fused_avx512;
+        out->block = kvq_attn_block_avx512;
     }
 #endif
 }
@@ -147,6 +149,26 @@ static void decode_tile(const kvq_codec *c, const uint8_t *src, int n, float *y)
 static void attend_rows(const run_ctx *c, int kvh, int kind, int pos, int n, const kvq_attn_rows *k,
                         const kvq_attn_rows *v, const float *q, float *part) {
     const int n_head = c->G * c->kv->p.n_kv_head;
+    if (c->kern.block && c->n_q > FUSED_MAX_QUERIES && (k->fmt == KVQ_FMT_F32 || k->fmt == KVQ_FMT_F16) &&
+        (v->fmt == KVQ_FMT_F32 || v->fmt == KVQ_FMT_F16)) {
+        kvq_attn_qrow rows[KVQ_ATTN_BLOCK_ROWS];
+        int R = 0;
+        for (int i = 0; i < c->n_q; i++) {
+            const int n_valid = c->pos0 + i - pos + 1 < n ? c->pos0 + i - pos + 1 : n;
+            if (n_valid <= 0) continue;
+            float *p = part + (size_t)i * part_floats(c);
+            for (int g = 0; g < c->G; g++) {
+                rows[R++] = (kvq_attn_qrow){q + ((size_t)i * n_head + (size_t)kvh * c->G + g) * c->d, p + g,
+                                            p + c->G + g, p + 2 * c->G + (size_t)g * c->d, n_valid};
+                if (R == KVQ_ATTN_BLOCK_ROWS) {
+                    c->kern.block(R, rows, c->d, n, k, v);
+                    R = 0;
+                }
+            }
+        }
+        if (R) c->kern.block(R, rows, c->d, n, k, v);
+        return;
+    }
     for (int i = 0; i < c->n_q; i++) {
         const int n_valid = c->pos0 + i - pos + 1 < n ? c->pos0 + i - pos + 1 : n;
         if (n_valid <= 0) continue;

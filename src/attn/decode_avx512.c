@@ -286,6 +286,135 @@ KVQ_TARGET_AVX512 void kvq_attn_fused_avx512(int G, int d, int n, const float *q
     pv_tab[v->fmt][G - 1](d, n, np, s, v, acc);
 }
 
+/* ------------------------------------------------------------ block kernel
+ *
+ * Prefill: many query heads over the same rows. Per 32-row slice, K is
+ * transposed once into KT (d, 32) so a score block is an outer-product
+ * accumulation (12 heads x 32 rows in 24 registers, one FMA per head per K
+ * load pair, no horizontal sums); P x V keeps 6 heads x 64 channels in 24
+ * registers while the V rows stream through. */
+
+#define BLOCK_SLICE 32 /* rows per slice: two 16-lane vectors of scores */
+#define BLOCK_QR 12    /* query heads per score block */
+#define BLOCK_PR 6     /* query heads per P x V block */
+
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 row16(const kvq_attn_rows *r, int t, int c) {
+    if (r->fmt == KVQ_FMT_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r->base + (size_t)t * r->stride + 2 * (size_t)c)));
+    return _mm512_loadu_ps((const float *)(r->base + (size_t)t * r->stride) + c);
+}
+
+/* Scores of BLOCK_QR heads (q pointers; unused ones point at zeros) over the
+ * slice: s (BLOCK_QR, BLOCK_SLICE). */
+KVQ_TARGET_AVX512 static void block_scores(const float *const *q, int d, const float *kt, float *s) {
+    __m512 a[BLOCK_QR][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < BLOCK_QR; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
+    for (int e = 0; e < d; e++) {
+        const __m512 k0 = _mm512_load_ps(kt + e * BLOCK_SLICE), k1 = _mm512_load_ps(kt + e * BLOCK_SLICE + 16);
+#pragma GCC unroll 12
+        for (int r = 0; r < BLOCK_QR; r++) {
+            const __m512 qe = _mm512_set1_ps(q[r][e]);
+            a[r][0] = _mm512_fmadd_ps(qe, k0, a[r][0]);
+            a[r][1] = _mm512_fmadd_ps(qe, k1, a[r][1]);
+        }
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < BLOCK_QR; r++) {
+        _mm512_store_ps(s + r * BLOCK_SLICE, a[r][0]);
+        _mm512_store_ps(s + r * BLOCK_SLICE + 16, a[r][1]);
+    }
+}
+
+/* acc[r][c0 .. c0 + 16 NV) = acc * alpha[r] + sum_t p[r][t] v[t] for BLOCK_PR heads. */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void block_pv(float *const *acc, const float *alpha, const float *p,
+                                                         const kvq_attn_rows *v, int t0, int nb, int c0,
+                                                         const int NV) {
+    __m512 a[BLOCK_PR][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < BLOCK_PR; r++) {
+        const __m512 al = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++) a[r][j] = _mm512_mul_ps(_mm512_loadu_ps(acc[r] + c0 + 16 * j), al);
+    }
+    for (int t = 0; t < nb; t++) {
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++) vv[j] = row16(v, t0 + t, c0 + 16 * j);
+#pragma GCC unroll 6
+        for (int r = 0; r < BLOCK_PR; r++) {
+            const __m512 pr = _mm512_set1_ps(p[r * BLOCK_SLICE + t]);
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++) a[r][j] = _mm512_fmadd_ps(pr, vv[j], a[r][j]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < BLOCK_PR; r++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++) _mm512_storeu_ps(acc[r] + c0 + 16 * j, a[r][j]);
+}
+
+KVQ_TARGET_AVX512 void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, int d, int n, const kvq_attn_rows *k,
+                                            const kvq_attn_rows *v) {
+    float kt[KVQ_MAX_HEAD_DIM * BLOCK_SLICE] __attribute__((aligned(64)));
+    float s[BLOCK_QR * BLOCK_SLICE] __attribute__((aligned(64)));
+    float zero_q[KVQ_MAX_HEAD_DIM] __attribute__((aligned(64))) = {0};
+    float sink_acc[KVQ_MAX_HEAD_DIM] __attribute__((aligned(64))) = {0}; /* for unused heads */
+    for (int t0 = 0; t0 < n; t0 += BLOCK_SLICE) {
+        const int nb = n - t0 < BLOCK_SLICE ? n - t0 : BLOCK_SLICE;
+        /* KT (d, 32): lanes past nb are zero (their scores are masked anyway). */
+        for (int c = 0; c < d; c += 16) {
+            float tmp[16 * BLOCK_SLICE] __attribute__((aligned(64)));
+            for (int t = 0; t < BLOCK_SLICE; t++)
+                _mm512_store_ps(tmp + 16 * t, t < nb ? row16(k, t0 + t, c) : _mm512_setzero_ps());
+            for (int e = 0; e < 16; e++)
+                for (int t = 0; t < BLOCK_SLICE; t++) kt[(c + e) * BLOCK_SLICE + t] = tmp[16 * t + e];
+        }
+        for (int r0 = 0; r0 < R; r0 += BLOCK_QR) {
+            const int nr = R - r0 < BLOCK_QR ? R - r0 : BLOCK_QR;
+            const float *q[BLOCK_QR];
+            for (int r = 0; r < BLOCK_QR; r++) q[r] = r < nr ? rows[r0 + r].q : zero_q;
+            block_scores(q, d, kt, s);
+            /* Online softmax per head over its visible rows of the slice. */
+            float alpha[BLOCK_QR];
+            float *acc[BLOCK_QR];
+            for (int r = 0; r < BLOCK_QR; r++) {
+                const kvq_attn_qrow *qr = r < nr ? &rows[r0 + r] : NULL;
+                const int vis = qr ? (qr->n_valid - t0 < nb ? qr->n_valid - t0 : nb) : 0;
+                float *sr = s + r * BLOCK_SLICE;
+                alpha[r] = 1.0f;
+                acc[r] = qr ? qr->acc : sink_acc;
+                if (vis <= 0) {
+                    _mm512_store_ps(sr, _mm512_setzero_ps());
+                    _mm512_store_ps(sr + 16, _mm512_setzero_ps());
+                    continue;
+                }
+                const __mmask32 live = vis >= 32 ? 0xFFFFFFFFu : ((1u << vis) - 1u);
+                const __mmask16 m0 = (__mmask16)live, m1 = (__mmask16)(live >> 16);
+                const __m512 ninf = _mm512_set1_ps(-INFINITY);
+                const __m512 s0 = _mm512_mask_load_ps(ninf, m0, sr), s1 = _mm512_mask_load_ps(ninf, m1, sr + 16);
+                const float mt = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
+                const float m_new = mt > *qr->m ? mt : *qr->m;
+                alpha[r] = expf(*qr->m - m_new);
+                const __m512 mv = _mm512_set1_ps(m_new);
+                const __m512 p0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(s0, mv)));
+                const __m512 p1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(s1, mv)));
+                _mm512_store_ps(sr, p0);
+                _mm512_store_ps(sr + 16, p1);
+                *qr->l = *qr->l * alpha[r] + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+                *qr->m = m_new;
+            }
+            for (int rp = 0; rp < BLOCK_QR; rp += BLOCK_PR) {
+                if (rp >= nr) break;
+                for (int c0 = 0; c0 < d; c0 += 64) {
+                    if (d - c0 >= 64) block_pv(acc + rp, alpha + rp, s + rp * BLOCK_SLICE, v, t0, nb, c0, 4);
+                    else block_pv(acc + rp, alpha + rp, s + rp * BLOCK_SLICE, v, t0, nb, c0, 2);
+                }
+            }
+        }
+    }
+}
+
 /* Float and f16 rows of contiguous (n, d) buffers: the fused kernel. */
 KVQ_TARGET_AVX512 void kvq_attn_tile_f32_avx512(int G, int d, int n, const float *q, const void *k, const void *v,
                                                 float *m, float *l, float *acc) {
