@@ -90,6 +90,15 @@ $(BUILD)/matvec-bench: $(BUILD)/obj/bench/matvec_bench.o $(BUILD)/libkvq.a
 bench-matvec: $(BUILD)/matvec-bench
 	$(BUILD)/matvec-bench
 
+# Decode-attention prototype: interleaved VNNI tiles vs the fused row kernel
+# (bench/attn_proto.c, docs/ATTN_PROTO.md); not part of `all`.
+.PHONY: bench-attn-proto
+$(BUILD)/attn-proto: $(BUILD)/obj/bench/attn_proto.o $(BUILD)/libkvq.a
+	$(CC) -pthread -o $@ $^ $(LDLIBS)
+
+bench-attn-proto: $(BUILD)/attn-proto
+	$(BUILD)/attn-proto
+
 # ---- sanitizers and fuzzing (not part of `all`).
 
 SAN_FLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
