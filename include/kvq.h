@@ -191,8 +191,9 @@ void kvq_threadpool_free(kvq_threadpool *pool);
  *
  * Per (layer, kv head) the store keeps a list of compressed tiles of
  * tile_tokens tokens (rows in the codec's format) and one f16 staging tile
- * for the newest tokens; a full staging tile is compressed in one go. Tiles
- * come from a pool that grows on demand: memory follows the used context.
+ * for the newest tokens; a full staging tile is compressed in one go. A
+ * stream's tiles are carved in order from segments allocated as the context
+ * grows: memory follows the used context.
  * Values are rounded to f16 on append (the staging format), so an f32
  * codec stores f16-exact values. */
 typedef struct kvq_kv kvq_kv;
@@ -229,6 +230,9 @@ int kvq_kv_n_tokens(const kvq_kv *kv, int layer);
  * or on a tile boundary; a cut inside a compressed tile decodes that tile's
  * kept rows back into staging (one more rounding for quantized codecs). */
 kvq_status kvq_kv_truncate(kvq_kv *kv, int n_tokens);
+/* Reads token pos of a layer back as attention sees it: k, v (n_kv_head,
+ * head_dim), compressed rows decoded and the centering mean added back. */
+kvq_status kvq_kv_read(const kvq_kv *kv, int layer, int pos, float *k, float *v);
 /* Bytes of live data: compressed rows + staged and sink rows (f16) +
  * centering means; and what the same tokens take as f16 K and V. */
 size_t kvq_kv_bytes_used(const kvq_kv *kv);
@@ -464,6 +468,12 @@ int kvq_ctx_n_past(const kvq_ctx *ctx);
 int kvq_ctx_n_ctx(const kvq_ctx *ctx);
 /* Keeps the first n tokens (regeneration, benchmark reuse). */
 kvq_status kvq_ctx_truncate(kvq_ctx *ctx, int n);
+/* Extends dst from its n_past to n tokens with src's KV rows at those
+ * positions, re-encoded in dst's codecs, instead of evaluating them: a
+ * benchmark's shortcut to a deep cache (one prefill serves every KV config;
+ * the rows are the ones src's own cache produced). Same model; src must hold
+ * at least n tokens. */
+kvq_status kvq_ctx_copy_kv(kvq_ctx *dst, const kvq_ctx *src, int n);
 /* Bytes the KV cache holds now, and what an f16 cache would hold. */
 size_t kvq_ctx_kv_bytes(const kvq_ctx *ctx);
 size_t kvq_ctx_kv_bytes_f16(const kvq_ctx *ctx);

@@ -28,6 +28,8 @@ static void usage(FILE *f) {
                "product of the list options, like llama-bench. Tokens are random ids from a\n"
                "fixed seed. Depth d means d tokens already in the KV cache: each depth is\n"
                "prefilled once per KV config and every run truncates back to it.\n"
+               "(--fill copy: only the f16 control prefills; the other configs take its K/V\n"
+               "rows, encoded in their codecs: same bytes to read, far less set-up at depth.)\n"
                "The f16/f16 KV config is always measured as a control, and the repetitions\n"
                "interleave the KV configs (A B C A B C ...) so drift hits every arm alike.\n"
                "\n"
@@ -49,6 +51,8 @@ static void usage(FILE *f) {
                "  -r, --repetitions N   runs per test (default 5)\n"
                "  -o, --output FMT      md (default; table then summary), csv, json, jsonl\n"
                "  --plot FILE.svg       draw generation t/s against depth, one line per KV config\n"
+               "  --fill prefill|copy   how configs reach a depth: each prefills (default, as\n"
+               "                        llama-bench), or each copies the f16 control's rows\n"
                "  -c, --ctx-size N      context length (default: largest depth + longest test)\n"
                "  -b, --batch-size N    prompt tokens per forward chunk (default 256)\n"
                "  --kv-sinks N, --kv-boundary L, --kv-no-center, --kv-seed N\n"
@@ -177,6 +181,7 @@ typedef struct {
     long reps;
     out_fmt fmt;
     const char *plot;
+    int fill_copy; /* --fill copy: deeper configs copy the f16 control's rows */
     cli_model_opts mo; /* -c, -b, --kv-sinks, --kv-boundary, --kv-no-center, --kv-seed */
     kv_cfg cfgs[LIST_MAX * 2];
     int n_cfg;
@@ -758,7 +763,15 @@ static int bench_threads(bench *b, int mi, const kvq_model *model, int threads, 
         char what[160];
         /* Extend each context from the previous depth (depths are sorted). */
         for (int k = 0; k < b->n_cfg; k++) {
-            if (d > depth_now) {
+            if (d > depth_now && b->fill_copy && k > 0) {
+                /* ctx[0] is the f16 control, already at depth d. */
+                snprintf(what, sizeof what, "copy the f16 rows into %s to depth %d", b->cfgs[k].label, d);
+                progress(b, what, 1);
+                if (kvq_ctx_copy_kv(ctx[k], ctx[0], d) != KVQ_OK) {
+                    fail_eval(b, "copy", &b->cfgs[k]);
+                    goto done;
+                }
+            } else if (d > depth_now) {
                 snprintf(what, sizeof what, "prefill %s to depth %d", b->cfgs[k].label, d);
                 progress(b, what, 1);
                 const double t0 = cli_now();
@@ -922,6 +935,10 @@ int cmd_bench(int argc, char **argv) {
         } else if (is(a, "--plot", NULL)) {
             if (!val) ok = 0, fprintf(stderr, "kvq bench: %s needs a value\n", a);
             b.plot = val;
+        } else if (is(a, "--fill", NULL)) {
+            if (val && !strcmp(val, "copy")) b.fill_copy = 1;
+            else if (val && !strcmp(val, "prefill")) b.fill_copy = 0;
+            else ok = 0, fprintf(stderr, "kvq bench: --fill: '%s' is not prefill or copy\n", val ? val : "");
         } else {
             const int r = cli_model_opts_parse(&b.mo, argc, argv, &i);
             if (r < 0) goto done;
@@ -993,7 +1010,7 @@ int cmd_bench(int argc, char **argv) {
             b.runs_left[ti * b.n_cfg + k] = len ? (long)b.models.n * b.threads.n * b.depths.n * b.reps : 0;
     }
     for (int i = 0; i < nt * b.n_cfg; i++) b.runs_total += b.runs_left[i];
-    b.prefill_tok_left = (long)b.models.n * b.threads.n * b.n_cfg * max_of(&b.depths);
+    b.prefill_tok_left = (long)b.models.n * b.threads.n * (b.fill_copy ? 1 : b.n_cfg) * max_of(&b.depths);
     b.is_tty = isatty(STDERR_FILENO);
     b.t_start = cli_now();
 

@@ -233,20 +233,47 @@ int kvq_kv_n_tokens(const kvq_kv *kv, int layer) {
 }
 
 /* Decodes the first n rows of tile t back into staging (original space). */
+/* Row r of tile t of stream s as attention sees it: decoded, mean added back. */
+static void tile_row(const kvq_kv_layer *L, int s, int t, int r, float *y) {
+    const kvq_codec *c = L->codec[s & 1];
+    const kvq_kv_stream *st = &L->streams[s];
+    kvq_codec_decode_row(c, st->tiles[t] + (size_t)r * c->row_bytes, y);
+    if (L->centered[s & 1])
+        for (int i = 0; i < c->head_dim; i++) y[i] += st->mean[i];
+}
+
 static void unstage(kvq_kv *kv, kvq_kv_layer *L, int t, int n) {
     const int d = kv->p.head_dim;
     for (int s = 0; s < 2 * kv->p.n_kv_head; s++) {
-        kvq_kv_stream *st = &L->streams[s];
-        const kvq_codec *c = L->codec[s & 1];
         float y[KVQ_MAX_HEAD_DIM];
         for (int r = 0; r < n; r++) {
-            kvq_codec_decode_row(c, st->tiles[t] + (size_t)r * c->row_bytes, y);
-            for (int i = 0; i < d; i++) {
-                const float x = y[i] + (L->centered[s & 1] ? st->mean[i] : 0.0f);
-                st->stage[(size_t)r * d + i] = kvq_f32_to_f16(x);
-            }
+            tile_row(L, s, t, r, y);
+            for (int i = 0; i < d; i++) L->streams[s].stage[(size_t)r * d + i] = kvq_f32_to_f16(y[i]);
         }
     }
+}
+
+kvq_status kvq_kv_read(const kvq_kv *kv, int layer, int pos, float *k, float *v) {
+    KVQ_RETURN_IF(!kv || !k || !v, KVQ_ERR_INVALID_ARG, "kvq_kv_read: NULL argument");
+    KVQ_RETURN_IF(layer < 0 || layer >= kv->p.n_layer, KVQ_ERR_INVALID_ARG, "kvq_kv_read: layer %d not in [0, %d)",
+                  layer, kv->p.n_layer);
+    const kvq_kv_layer *L = &kv->layers[layer];
+    KVQ_RETURN_IF(pos < 0 || pos >= L->n_tokens, KVQ_ERR_INVALID_ARG,
+                  "kvq_kv_read: position %d but layer %d holds %d tokens", pos, layer, L->n_tokens);
+    const int d = kv->p.head_dim, T = kv->p.tile_tokens, n_sunk = kvq_kv_n_sunk(kv, L);
+    const int rel = pos - n_sunk, t = rel / T;
+    for (int s = 0; s < 2 * kv->p.n_kv_head; s++) {
+        float *y = (s & 1 ? v : k) + (size_t)(s / 2) * d;
+        const kvq_kv_stream *st = &L->streams[s];
+        const uint16_t *f16 = pos < n_sunk ? st->sink + (size_t)pos * d
+                              : t >= L->n_tiles ? st->stage + (size_t)(rel - L->n_tiles * T) * d
+                                                : NULL;
+        if (f16)
+            for (int i = 0; i < d; i++) y[i] = kvq_f16_to_f32(f16[i]);
+        else
+            tile_row(L, s, t, rel % T, y);
+    }
+    return KVQ_OK;
 }
 
 kvq_status kvq_kv_truncate(kvq_kv *kv, int n_tokens) {

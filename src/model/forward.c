@@ -338,6 +338,32 @@ double kvq_ctx_attn_seconds(const kvq_ctx *c) { return c ? c->attn_seconds : 0.0
 size_t kvq_ctx_kv_bytes(const kvq_ctx *c) { return c ? kvq_kv_bytes_used(c->kv) : 0; }
 size_t kvq_ctx_kv_bytes_f16(const kvq_ctx *c) { return c ? kvq_kv_bytes_f16(c->kv) : 0; }
 
+kvq_status kvq_ctx_copy_kv(kvq_ctx *dst, const kvq_ctx *src, int n) {
+    KVQ_RETURN_IF(!dst || !src, KVQ_ERR_INVALID_ARG, "kvq_ctx_copy_kv: NULL context");
+    KVQ_RETURN_IF(dst->m != src->m, KVQ_ERR_INVALID_ARG, "kvq_ctx_copy_kv: the contexts are of different models");
+    KVQ_RETURN_IF(n < dst->n_past || n > src->n_past || n > dst->p.n_ctx, KVQ_ERR_INVALID_ARG,
+                  "kvq_ctx_copy_kv: to %d tokens, but the target holds %d (context %d) and the source %d", n,
+                  dst->n_past, dst->p.n_ctx, src->n_past);
+    const kvq_model *m = dst->m;
+    const size_t row = (size_t)m->n_kv_head * m->head_dim;
+    float *k = malloc(sizeof(float) * 2 * row);
+    KVQ_RETURN_IF(!k, KVQ_ERR_NOMEM, "kvq_ctx_copy_kv: out of memory");
+    float *v = k + row;
+    kvq_status s = KVQ_OK;
+    for (int l = 0; l < m->n_layer && s == KVQ_OK; l++)
+        for (int t = dst->n_past; t < n && s == KVQ_OK; t++) {
+            s = kvq_kv_read(src->kv, l, t, k, v);
+            if (s == KVQ_OK) s = kvq_kv_append(dst->kv, l, k, v);
+        }
+    free(k);
+    if (s != KVQ_OK) {
+        kvq_kv_truncate(dst->kv, dst->n_past); /* all or nothing */
+        return s;
+    }
+    dst->n_past = n;
+    return KVQ_OK;
+}
+
 kvq_status kvq_ctx_truncate(kvq_ctx *c, int n) {
     KVQ_RETURN_IF(!c, KVQ_ERR_INVALID_ARG, "kvq_ctx_truncate: NULL context");
     KVQ_RETURN_IF(n < 0 || n > c->n_past, KVQ_ERR_INVALID_ARG, "truncate to %d: context holds %d tokens", n,

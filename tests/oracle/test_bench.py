@@ -106,3 +106,22 @@ def test_bench_bad_flags_one_line_exit_2():
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     r = subprocess.run([exe, "bench", "--help"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and "--n-depth" in r.stdout and "example:" in r.stdout
+
+
+def test_bench_fill_copy_builds_the_same_caches():
+    """--fill copy: the configs copy the f16 control's rows instead of
+    prefilling; each cache then holds as many tokens, in as many bytes, as
+    its prefilled twin (the rows differ only by what upstream attention
+    over a compressed cache would have changed)."""
+    model = _model()
+    if model is None:
+        return
+    args = ["-p", "0", "-n", "2", "-d", "40,70", "-r", "1", "-t", "2", "--kv", "q4_0,turbo3", "-o", "jsonl"]
+    rows = {}
+    for fill in ("prefill", "copy"):
+        r = _bench(args + ["--fill", fill], model)
+        assert r.returncode == 0, r.stderr
+        rows[fill] = {(j["type_k"], j["n_depth"]): j["kv_bytes"] for j in map(json.loads, r.stdout.splitlines())}
+    assert len(rows["copy"]) == 6 and rows["copy"] == rows["prefill"], rows
+    r = _bench(args + ["--fill", "sideways"], model)
+    assert r.returncode == 2 and "--fill" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -80,6 +80,51 @@ TEST(kvstore_truncate_then_reappend_equals_never_appended) {
     }
 }
 
+/* kvq_kv_read gives every position as the decoded cache does (sinks, tiles
+ * with their mean, staging), and a store copied through it row by row holds
+ * the same state. */
+TEST(kvstore_read_matches_decoded_cache) {
+    const int n = 150;
+    for (int ci = 0; ci < kvq_codec_count(); ci++) {
+        kvq_kv_params p = small_params(kvq_codec_name_at(ci));
+        float *k, *v;
+        kvq_test_kv_data(&p, n, 78, &k, &v);
+        kvq_kv *kv = NULL, *copy = NULL;
+        CHECK_OK(kvq_kv_create(&p, &kv));
+        CHECK_OK(kvq_kv_create(&p, &copy));
+        CHECK_OK(kvq_test_fill(kv, n, k, v));
+        const int H = p.n_kv_head, d = p.head_dim;
+        float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
+        float *kr = malloc(sizeof(float) * (size_t)H * d), *vr = malloc(sizeof(float) * (size_t)H * d);
+        for (int l = 0; l < p.n_layer && !kvq_test_failed(); l++) {
+            kvq_test_decoded(kv, l, kd, vd);
+            for (int t = 0; t < n; t++) {
+                CHECK_OK(kvq_kv_read(kv, l, t, kr, vr));
+                for (int h = 0; h < H; h++)
+                    CHECKF(!memcmp(kr + (size_t)h * d, kd + ((size_t)h * n + t) * d, sizeof(float) * d) &&
+                               !memcmp(vr + (size_t)h * d, vd + ((size_t)h * n + t) * d, sizeof(float) * d),
+                           "%s layer %d pos %d head %d: read differs from the decoded cache", kvq_codec_name_at(ci),
+                           l, t, h);
+                CHECK_OK(kvq_kv_append(copy, l, kr, vr));
+            }
+        }
+        /* Decoded rows re-encode to themselves for the plain codecs. */
+        if (!kvq_codec_is_quantized(kv->layers[0].codec[0]))
+            CHECKF(same_state(copy, kv), "%s: a copy through kvq_kv_read differs", kvq_codec_name_at(ci));
+        CHECK(kvq_kv_read(kv, 0, n, kr, vr) == KVQ_ERR_INVALID_ARG);
+        CHECK(kvq_kv_read(kv, -1, 0, kr, vr) == KVQ_ERR_INVALID_ARG);
+        free(kd);
+        free(vd);
+        free(kr);
+        free(vr);
+        free(k);
+        free(v);
+        kvq_kv_free(kv);
+        kvq_kv_free(copy);
+        if (kvq_test_failed()) return;
+    }
+}
+
 /* Bytes used = compressed rows + f16 sink and staging rows + means, exactly. */
 TEST(kvstore_byte_accounting_is_exact) {
     for (int ci = 0; ci < kvq_codec_count(); ci++) {
