@@ -51,7 +51,7 @@ typedef struct kvq_attn_qrow {
 } kvq_attn_qrow;
 
 /* Query heads one block-kernel call takes at most. */
-#define KVQ_ATTN_BLOCK_ROWS 96
+#define KVQ_ATTN_BLOCK_ROWS 512
 
 /* Online-softmax attention of R <= KVQ_ATTN_BLOCK_ROWS query heads (any mix
  * of queries and heads) over n rows of F32 or F16 format: scores and P x V

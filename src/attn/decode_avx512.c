@@ -298,10 +298,14 @@ KVQ_TARGET_AVX512 void kvq_attn_fused_avx512(int G, int d, int n, const float *q
 #define BLOCK_QR 12    /* query heads per score block */
 #define BLOCK_PR 6     /* query heads per P x V block */
 
-KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 row16(const kvq_attn_rows *r, int t, int c) {
-    if (r->fmt == KVQ_FMT_F16)
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 row16_fmt(const kvq_attn_rows *r, int t, int c, const int fmt) {
+    if (fmt == KVQ_FMT_F16)
         return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(r->base + (size_t)t * r->stride + 2 * (size_t)c)));
     return _mm512_loadu_ps((const float *)(r->base + (size_t)t * r->stride) + c);
+}
+
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 row16(const kvq_attn_rows *r, int t, int c) {
+    return row16_fmt(r, t, c, r->fmt);
 }
 
 /* Scores of BLOCK_QR heads (q pointers; unused ones point at zeros) over the
@@ -329,7 +333,7 @@ KVQ_TARGET_AVX512 static void block_scores(const float *const *q, int d, const f
 /* acc[r][c0 .. c0 + 16 NV) = acc * alpha[r] + sum_t p[r][t] v[t] for BLOCK_PR heads. */
 KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void block_pv(float *const *acc, const float *alpha, const float *p,
                                                          const kvq_attn_rows *v, int t0, int nb, int c0,
-                                                         const int NV) {
+                                                         const int NV, const int fmt) {
     __m512 a[BLOCK_PR][4];
 #pragma GCC unroll 6
     for (int r = 0; r < BLOCK_PR; r++) {
@@ -340,7 +344,7 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void block_pv(float *const *acc, cons
     for (int t = 0; t < nb; t++) {
         __m512 vv[4];
 #pragma GCC unroll 4
-        for (int j = 0; j < NV; j++) vv[j] = row16(v, t0 + t, c0 + 16 * j);
+        for (int j = 0; j < NV; j++) vv[j] = row16_fmt(v, t0 + t, c0 + 16 * j, fmt);
 #pragma GCC unroll 6
         for (int r = 0; r < BLOCK_PR; r++) {
             const __m512 pr = _mm512_set1_ps(p[r * BLOCK_SLICE + t]);
@@ -363,12 +367,16 @@ KVQ_TARGET_AVX512 void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, i
     for (int t0 = 0; t0 < n; t0 += BLOCK_SLICE) {
         const int nb = n - t0 < BLOCK_SLICE ? n - t0 : BLOCK_SLICE;
         /* KT (d, 32): lanes past nb are zero (their scores are masked anyway). */
+        const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32(16));
         for (int c = 0; c < d; c += 16) {
             float tmp[16 * BLOCK_SLICE] __attribute__((aligned(64)));
             for (int t = 0; t < BLOCK_SLICE; t++)
                 _mm512_store_ps(tmp + 16 * t, t < nb ? row16(k, t0 + t, c) : _mm512_setzero_ps());
+            /* Column e of 16 tokens is a stride-16 gather from tmp. */
             for (int e = 0; e < 16; e++)
-                for (int t = 0; t < BLOCK_SLICE; t++) kt[(c + e) * BLOCK_SLICE + t] = tmp[16 * t + e];
+                for (int h = 0; h < BLOCK_SLICE; h += 16)
+                    _mm512_store_ps(kt + (c + e) * BLOCK_SLICE + h, _mm512_i32gather_ps(col, tmp + 16 * h + e, 4));
         }
         for (int r0 = 0; r0 < R; r0 += BLOCK_QR) {
             const int nr = R - r0 < BLOCK_QR ? R - r0 : BLOCK_QR;
@@ -406,9 +414,17 @@ KVQ_TARGET_AVX512 void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, i
             }
             for (int rp = 0; rp < BLOCK_QR; rp += BLOCK_PR) {
                 if (rp >= nr) break;
+                float *const *a = acc + rp;
+                const float *al = alpha + rp, *p = s + rp * BLOCK_SLICE;
                 for (int c0 = 0; c0 < d; c0 += 64) {
-                    if (d - c0 >= 64) block_pv(acc + rp, alpha + rp, s + rp * BLOCK_SLICE, v, t0, nb, c0, 4);
-                    else block_pv(acc + rp, alpha + rp, s + rp * BLOCK_SLICE, v, t0, nb, c0, 2);
+                    const int wide = d - c0 >= 64;
+                    if (v->fmt == KVQ_FMT_F16) {
+                        if (wide) block_pv(a, al, p, v, t0, nb, c0, 4, KVQ_FMT_F16);
+                        else block_pv(a, al, p, v, t0, nb, c0, 2, KVQ_FMT_F16);
+                    } else {
+                        if (wide) block_pv(a, al, p, v, t0, nb, c0, 4, KVQ_FMT_F32);
+                        else block_pv(a, al, p, v, t0, nb, c0, 2, KVQ_FMT_F32);
+                    }
                 }
             }
         }

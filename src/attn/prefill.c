@@ -4,7 +4,7 @@
  * tile is shared by QUERY_BLOCK queries. */
 #include "attn/attn_kernels.h"
 
-#define QUERY_BLOCK 32
+#define QUERY_BLOCK 64
 
 kvq_status kvq_attn_prefill(const kvq_kv *kv, int layer, kvq_threadpool *pool, int n_q, int n_head, const float *q,
                             float *out) {
