@@ -83,7 +83,8 @@ static double measure_bandwidth(int n_threads) {
 
 typedef struct {
     kvq_kv *kv;
-    double *ms; /* (reps) */
+    double *ms;      /* (reps) */
+    double append_s; /* seconds spent appending the depth tokens */
 } arm;
 
 static uint64_t rng_next(uint64_t *s) {
@@ -98,7 +99,8 @@ static uint64_t rng_next(uint64_t *s) {
 /* A synthetic cache of depth tokens per layer: V ~ N(0,1); K ~ N(0,1) plus
  * a per-channel offset, with 4 outlier channels per (layer, head) scaled
  * x10..x50 as in real post-RoPE keys. */
-static int build_cache(const shape *sh, int depth, const char *ctk, const char *ctv, const float *noise, kvq_kv **out) {
+static int build_cache(const shape *sh, int depth, const char *ctk, const char *ctv, const float *noise, kvq_kv **out,
+                       double *append_s) {
     kvq_kv_params p;
     kvq_kv_params_default(&p);
     p.n_layer = sh->n_layer;
@@ -126,10 +128,12 @@ static int build_cache(const shape *sh, int depth, const char *ctk, const char *
                 k[i] = noise[o + i] * gain[i] + 0.3f * (float)(i % 5);
                 v[i] = noise[o + H * d + i];
             }
+            const double t0 = cli_now();
             if (kvq_kv_append(*out, l, k, v) != KVQ_OK) {
                 fprintf(stderr, "kvq attn-bench: %s\n", kvq_last_error());
                 ok = 0;
             }
+            *append_s += cli_now() - t0;
         }
     }
     free(k);
@@ -191,7 +195,13 @@ static void usage(FILE *f) {
             "  -t LIST             threads (default 1)\n"
             "  -r N                samples per cell (default 10)\n"
             "  --prefill N         time prefill attention of N new tokens instead of decode\n"
-            "  -o md|json          output format (default md)\n");
+            "  -o md|json          output format (default md)\n"
+            "\n"
+            "Per cell: ms per step over all layers (median), bytes of KV read, GB/s and its\n"
+            "fraction of the read bandwidth measured first, speedup over the f16 cell run\n"
+            "interleaved with it, CV of the samples, and the cost of appending one token to\n"
+            "every layer (staging + the amortized tile encode, measured while the synthetic\n"
+            "cache is built) in us and as a share of one step.\n");
 }
 
 int cmd_attn_bench(int argc, char **argv) {
@@ -258,8 +268,8 @@ int cmd_attn_bench(int argc, char **argv) {
     for (size_t i = 0; i < qn; i++) q[i] = noise[i % NOISE];
 
     if (!json)
-        printf("| shape | depth | ctk | ctv | threads | ms | MB read | GB/s | of bw | vs f16 | CV |\n"
-               "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        printf("| shape | depth | ctk | ctv | threads | ms | MB read | GB/s | of bw | vs f16 | CV | append us | append/step |\n"
+               "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int ti = 0; ti < nt; ti++) {
         const int n_threads = (int)threads[ti];
         const double bw = measure_bandwidth(n_threads);
@@ -272,7 +282,7 @@ int cmd_attn_bench(int argc, char **argv) {
         for (int di = 0; di < nd; di++) {
             const int depth = (int)depths[di] + (n_q > 1 ? n_q : 0);
             arm ctl = {0};
-            if (!build_cache(&sh, depth, "f16", "f16", noise, &ctl.kv)) return 1;
+            if (!build_cache(&sh, depth, "f16", "f16", noise, &ctl.kv, &ctl.append_s)) return 1;
             ctl.ms = malloc(sizeof(double) * reps);
             for (int ki = 0; ki < nk; ki++)
                 for (int vi = 0; vi < nv; vi++) {
@@ -280,8 +290,8 @@ int cmd_attn_bench(int argc, char **argv) {
                     fprintf(stderr, "attn-bench: depth %d %s/%s, %d thread(s)...\n", depth, ctk[ki], vk, n_threads);
                     arm cell = {0};
                     const int is_ctl = !strcmp(ctk[ki], "f16") && !strcmp(vk, "f16");
-                    if (!is_ctl && !build_cache(&sh, depth, ctk[ki], vk, noise, &cell.kv)) return 1;
-                    if (is_ctl) cell.kv = ctl.kv;
+                    if (!is_ctl && !build_cache(&sh, depth, ctk[ki], vk, noise, &cell.kv, &cell.append_s)) return 1;
+                    if (is_ctl) cell.kv = ctl.kv, cell.append_s = ctl.append_s;
                     cell.ms = malloc(sizeof(double) * reps);
                     time_step(ctl.kv, &sh, pool, n_q, q, out); /* warm-up */
                     time_step(cell.kv, &sh, pool, n_q, q, out);
@@ -292,16 +302,19 @@ int cmd_attn_bench(int argc, char **argv) {
                     const double ms = median(cell.ms, (int)reps), ms_ctl = median(ctl.ms, (int)reps);
                     const double bytes = (double)kvq_kv_bytes_used(cell.kv);
                     const double gbps = bytes / (ms * 1e-3) / 1e9;
+                    /* Appending one token to every layer (staging + the amortized tile encode). */
+                    const double append_us = 1e6 * cell.append_s / depth;
                     if (json)
                         printf("{\"shape\":\"%s\",\"depth\":%ld,\"ctk\":\"%s\",\"ctv\":\"%s\",\"threads\":%d,"
                                "\"n_q\":%d,\"ms_median\":%.4f,\"ms_cv\":%.4f,\"bytes\":%.0f,\"gbps\":%.3f,"
-                               "\"roofline_frac\":%.4f,\"speedup_vs_f16\":%.4f}\n",
+                               "\"roofline_frac\":%.4f,\"speedup_vs_f16\":%.4f,\"append_us\":%.3f,"
+                               "\"append_frac\":%.5f}\n",
                                sh.name, depths[di], ctk[ki], vk, n_threads, n_q, ms, cv(cell.ms, (int)reps), bytes,
-                               gbps, gbps * 1e9 / bw, ms_ctl / ms);
+                               gbps, gbps * 1e9 / bw, ms_ctl / ms, append_us, append_us / (1e3 * ms));
                     else
-                        printf("| %s | %ld | %s | %s | %d | %.3f | %.1f | %.2f | %.3f | %.3f | %.1f%% |\n", sh.name,
-                               depths[di], ctk[ki], vk, n_threads, ms, bytes / 1e6, gbps, gbps * 1e9 / bw,
-                               ms_ctl / ms, 100 * cv(cell.ms, (int)reps));
+                        printf("| %s | %ld | %s | %s | %d | %.3f | %.1f | %.2f | %.3f | %.3f | %.1f%% | %.1f | %.2f%% |\n",
+                               sh.name, depths[di], ctk[ki], vk, n_threads, ms, bytes / 1e6, gbps, gbps * 1e9 / bw,
+                               ms_ctl / ms, 100 * cv(cell.ms, (int)reps), append_us, append_us / (10 * ms));
                     fflush(stdout);
                     if (!is_ctl) kvq_kv_free(cell.kv);
                     free(cell.ms);
