@@ -39,24 +39,25 @@ def value(vtype, v, version):
     return struct.pack(SCALAR_FMT[vtype], v)
 
 
-def gguf(kvs, tensors, version=3, alignment=32, rng=None):
-    """kvs: [(key, type, value)]; tensors: [(name, ggml_type, dims)]."""
+def gguf(kvs, tensors, version=3, alignment=32, rng=None, data=None):
+    """kvs: [(key, type, value)]; tensors: [(name, ggml_type, dims)]; data:
+    each tensor's bytes, random where not given."""
     rng = rng or random.Random(0)
     head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
     for key, vtype, v in kvs:
         head += gstr(key, version) + struct.pack("<I", vtype) + value(vtype, v, version)
-    data = b""
-    for name, ttype, dims in tensors:
+    blob = b""
+    for k, (name, ttype, dims) in enumerate(tensors):
         bs, bb = GGML[ttype]
         n = math.prod(dims)
         nbytes = n // bs * bb
-        data += b"\0" * (-len(data) % alignment)
+        blob += b"\0" * (-len(blob) % alignment)
         head += gstr(name, version) + struct.pack("<I", len(dims))
         head += b"".join(struct.pack("<Q", d) for d in dims)
-        head += struct.pack("<IQ", ttype, len(data))
-        data += bytes(rng.getrandbits(8) for _ in range(nbytes))
+        head += struct.pack("<IQ", ttype, len(blob))
+        blob += data[k] if data else bytes(rng.getrandbits(8) for _ in range(nbytes))
     head += b"\0" * (-len(head) % alignment)
-    return head + data
+    return head + blob
 
 
 def write(target, name, blob):
@@ -129,6 +130,87 @@ def codec_seeds(n_codecs=18):
     write("fuzz_codec_decode", "q5_1-ones", bytes([7, 0, 2]) + b"\xff" * 128)
 
 
+def gpt2_byte_text(b):
+    """GPT-2's byte -> code point map (bytes_to_unicode)."""
+    keep = lambda i: 0x21 <= i <= 0x7E or 0xA1 <= i <= 0xAC or i >= 0xAE
+    if keep(b):
+        return chr(b)
+    return chr(256 + sum(1 for i in range(b) if not keep(i)))
+
+
+def q8_0(values):
+    """ggml's reference q8_0 quantizer: blocks of 32, fp16 scale amax/127."""
+    out = b""
+    for i in range(0, len(values), 32):
+        blk = values[i:i + 32]
+        amax = max(abs(v) for v in blk)
+        d = amax / 127.0
+        inv = 1.0 / d if d else 0.0
+        out += struct.pack("<e", d) + struct.pack("<32b", *[int(round(v * inv)) for v in blk])
+    return out
+
+
+def tiny_model(n_layer=2, n_embd=128, n_head=4, n_kv_head=2, n_ff=128, n_ctx=256, seed=3):
+    """A small llama-architecture model with random weights and a byte-level
+    BPE vocabulary (the 256 bytes, a few merges, ChatML specials): small
+    enough for the repo, real enough for sessions, the tokenizer and the CLI
+    to run end to end without the downloaded model."""
+    rng = random.Random(seed)
+    merges = ["t h", "th e", "\u0120 t", "\u0120t h", "\u0120th e", "a n", "i n", "o n", "e r", "\u0120 a", "r e"]
+    tokens = [gpt2_byte_text(b) for b in range(256)]
+    for m in merges:
+        tokens.append(m.replace(" ", ""))
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    first_special = len(tokens)
+    tokens += specials
+    types = [1] * first_special + [3] * len(specials)
+    n_vocab = len(tokens)
+    kvs = [
+        ("general.architecture", STRING, "llama"),
+        ("general.name", STRING, "kvq tiny test model"),
+        ("llama.block_count", U32, n_layer),
+        ("llama.context_length", U32, n_ctx),
+        ("llama.embedding_length", U32, n_embd),
+        ("llama.feed_forward_length", U32, n_ff),
+        ("llama.attention.head_count", U32, n_head),
+        ("llama.attention.head_count_kv", U32, n_kv_head),
+        ("llama.rope.freq_base", F32, 10000.0),
+        ("llama.attention.layer_norm_rms_epsilon", F32, 1e-5),
+        ("tokenizer.ggml.model", STRING, "gpt2"),
+        ("tokenizer.ggml.pre", STRING, "smollm"),
+        ("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
+        ("tokenizer.ggml.token_type", ARRAY, (I32, types)),
+        ("tokenizer.ggml.merges", ARRAY, (STRING, merges)),
+        ("tokenizer.ggml.bos_token_id", U32, first_special),
+        ("tokenizer.ggml.eos_token_id", U32, first_special + 2),
+        ("tokenizer.chat_template", STRING,
+         "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
+         " + '<|im_end|>' + '\\n'}}{% endfor %}"),
+    ]
+    hd = n_embd // n_head
+
+    def mat(rows, n):
+        return q8_0([rng.gauss(0, 1) / math.sqrt(n) for _ in range(rows * n)])
+
+    def ones(n):
+        return struct.pack("<%df" % n, *[1.0 + 0.1 * rng.gauss(0, 1) for _ in range(n)])
+
+    tensors = [("token_embd.weight", 8, [n_embd, n_vocab], mat(n_vocab, n_embd)),
+               ("output_norm.weight", 0, [n_embd], ones(n_embd))]
+    for il in range(n_layer):
+        b = "blk.%d." % il
+        tensors += [(b + "attn_norm.weight", 0, [n_embd], ones(n_embd)),
+                    (b + "ffn_norm.weight", 0, [n_embd], ones(n_embd)),
+                    (b + "attn_q.weight", 8, [n_embd, n_head * hd], mat(n_head * hd, n_embd)),
+                    (b + "attn_k.weight", 8, [n_embd, n_kv_head * hd], mat(n_kv_head * hd, n_embd)),
+                    (b + "attn_v.weight", 8, [n_embd, n_kv_head * hd], mat(n_kv_head * hd, n_embd)),
+                    (b + "attn_output.weight", 8, [n_head * hd, n_embd], mat(n_embd, n_head * hd)),
+                    (b + "ffn_gate.weight", 8, [n_embd, n_ff], mat(n_ff, n_embd)),
+                    (b + "ffn_up.weight", 8, [n_embd, n_ff], mat(n_ff, n_embd)),
+                    (b + "ffn_down.weight", 8, [n_ff, n_embd], mat(n_embd, n_ff))]
+    return gguf(kvs, [(n, t, d) for n, t, d, _ in tensors], data=[b for _, _, _, b in tensors])
+
+
 def wtype_seeds():
     rng = random.Random(2)
     # Header: weight type index (table order of src/model/wtypes.def), ISA.
@@ -146,7 +228,16 @@ def wtype_seeds():
     write("fuzz_wtype", "q8_0-ref-partial", bytes([6, 0]) + bytes(range(50)))
 
 
+# The tiny model lives in tests/data (unit tests, the CLI session tests and
+# fuzz_session load it) and seeds fuzz_gguf with a complete model file.
+TINY_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tiny-llama.gguf")
+
+
 if __name__ == "__main__":
+    tiny = tiny_model()
+    with open(TINY_MODEL, "wb") as f:
+        f.write(tiny)
+    write("fuzz_gguf", "tiny-llama.gguf", tiny)
     gguf_seeds()
     codec_seeds()
     wtype_seeds()
