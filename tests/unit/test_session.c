@@ -450,3 +450,34 @@ TEST(ctx_create_refuses_what_does_not_fit_or_is_out_of_range) {
     }
     kvq_model_free(m);
 }
+
+/* gen_corpus.py writes the valid fuzz_session seeds from the format's
+ * description, independently of kv_session.c: each must load, so the
+ * writer, the reader and docs/RELIABILITY.md agree. */
+TEST(session_seeds_written_by_python_load) {
+    kvq_model *m = tiny();
+    if (!m) return;
+    static const struct {
+        const char *ctk, *ctv;
+        int sinks, boundary;
+    } cfg[] = {{"f16", "f16", 0, 0}, {"q8_0", "q8_0", 3, 0}, {"q4_0", "turbo3", 2, 0}, {"f32", "f16", 0, 1}};
+    static const char *const seeds[] = {"cfg0-000-tokens", "cfg0-070-tokens", "cfg1-002-tokens", "cfg1-100-tokens",
+                                        "cfg2-033-tokens", "cfg3-064-tokens"};
+    for (size_t k = 0; k < KVQ_ARRAY_LEN(seeds); k++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/fuzz/corpus/fuzz_session/%s", seeds[k]);
+        size_t n = 0;
+        uint8_t *p = read_all(path, &n);
+        CHECKF(p && n > 1 && p[0] < KVQ_ARRAY_LEN(cfg), "%s", path);
+        kvq_ctx *c = NULL;
+        CHECK_OK(make_ctx(m, cfg[p[0]].ctk, cfg[p[0]].ctv, cfg[p[0]].sinks, cfg[p[0]].boundary, 256, &c));
+        const kvq_status s = kvq_ctx_session_load_bytes(c, p + 1, n - 1);
+        CHECKF(s == KVQ_OK, "%s: %s", seeds[k], kvq_last_error());
+        CHECK(kvq_ctx_n_past(c) == atoi(seeds[k] + 5));
+        const int32_t next = 3;
+        CHECK_OK(kvq_ctx_eval(c, &next, 1, NULL, 0));
+        kvq_ctx_free(c);
+        free(p);
+    }
+    kvq_model_free(m);
+}
