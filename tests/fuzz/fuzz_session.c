@@ -1,15 +1,20 @@
 /* fuzz_session.c — arbitrary bytes as a session file, loaded into a
  * context on the tiny in-repo model.
  *
- * Input: one byte picking the context's cache configuration (configs[]
- * below, which gen_corpus.py mirrors to write valid seeds), then the file.
+ * Input: one byte, then the file. The byte's low bits pick the context's
+ * cache configuration (configs[] below, which gen_corpus.py mirrors to
+ * write valid seeds); with bit 7 set the header's size and checksum are
+ * rewritten to match the bytes, so mutations reach the checks behind the
+ * checksum instead of stopping at it.
  * Checks: a refused file names the problem and leaves the context exactly
  * as it was (tokens and cache bytes); an accepted one holds as many tokens
  * as the context reports, and the next token evaluates through the loaded
  * cache (attention reads every tile, sink and staged row). */
 #include <string.h>
 
+#include "common/hash.h"
 #include "fuzz.h"
+#include "kv/kv_session.h"
 #include "model/ctx.h"
 
 static const struct {
@@ -41,7 +46,7 @@ static kvq_ctx *context(int k) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    kvq_ctx *c = context(data[0] % N_CONFIGS);
+    kvq_ctx *c = context((data[0] & 0x7F) % N_CONFIGS);
     /* The context's state before, to compare after a refusal. */
     int n_before;
     const int32_t *t = kvq_ctx_tokens(c, &n_before);
@@ -50,7 +55,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (n_before) memcpy(before, t, sizeof *t * (size_t)n_before);
     const size_t bytes_before = kvq_ctx_kv_bytes(c);
 
-    const kvq_status s = kvq_ctx_session_load_bytes(c, data + 1, size - 1);
+    uint8_t *file = malloc(size - 1 ? size - 1 : 1); // (size - 1) exact, for ASan
+    if (!file) {
+        free(before);
+        return 0;
+    }
+    memcpy(file, data + 1, size - 1);
+    if ((data[0] & 0x80) && size - 1 >= KVQ_SESSION_HEADER_BYTES) {
+        const uint64_t n = size - 1 - KVQ_SESSION_HEADER_BYTES;
+        const uint64_t h = kvq_fnv1a64(KVQ_FNV64_INIT, file + KVQ_SESSION_HEADER_BYTES, (size_t)n);
+        for (int i = 0; i < 8; i++) {
+            file[16 + i] = (uint8_t)(n >> (8 * i));
+            file[24 + i] = (uint8_t)(h >> (8 * i));
+        }
+    }
+    const kvq_status s = kvq_ctx_session_load_bytes(c, file, size - 1);
+    free(file);
     int n_after;
     t = kvq_ctx_tokens(c, &n_after);
     if (s != KVQ_OK) {

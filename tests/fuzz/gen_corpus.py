@@ -288,7 +288,10 @@ def session_seeds(head):
     plans = [(0, [0, 5, 40, 70]), (1, [2, 40, 100]), (2, [1, 20, 33]), (3, [10, 64])]
     for c, sizes in plans:
         for n in sizes:
-            write("fuzz_session", "cfg%d-%03d-tokens" % (c, n), bytes([c]) + session(meta, SESSION_CONFIGS[c], n, rng))
+            blob = session(meta, SESSION_CONFIGS[c], n, rng)
+            write("fuzz_session", "cfg%d-%03d-tokens" % (c, n), bytes([c]) + blob)
+            # Bit 7: the target reseals the header, so mutations get past the checksum.
+            write("fuzz_session", "cfg%d-%03d-tokens-resealed" % (c, n), bytes([0x80 | c]) + blob)
     good = session(meta, SESSION_CONFIGS[1], 40, rng)
     write("fuzz_session", "cfg1-truncated", bytes([1]) + good[: len(good) // 2])
     write("fuzz_session", "cfg1-bad-checksum", bytes([1]) + good[:40] + bytes([good[40] ^ 1]) + good[41:])
