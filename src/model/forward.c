@@ -234,7 +234,7 @@ kvq_status kvq_ctx_eval(kvq_ctx *c, const int32_t *tokens, int n, float *logits,
         }
         done += chunk;
     }
-    memcpy(c->tokens + start, tokens, sizeof *tokens * (size_t)n);
+    if (n) memcpy(c->tokens + start, tokens, sizeof *tokens * (size_t)n);
     return KVQ_OK;
 }
 

@@ -167,14 +167,15 @@ typedef struct snapshot {
 
 static void snap(const kvq_ctx *c, snapshot *s) {
     const int32_t *t = kvq_ctx_tokens(c, &s->n_past);
-    memcpy(s->tokens, t, sizeof *t * (size_t)s->n_past);
+    if (s->n_past) memcpy(s->tokens, t, sizeof *t * (size_t)s->n_past);
     s->kv_bytes = kvq_ctx_kv_bytes(c);
 }
 
 static int unchanged(const kvq_ctx *c, const snapshot *s) {
     int n;
     const int32_t *t = kvq_ctx_tokens(c, &n);
-    return n == s->n_past && memcmp(t, s->tokens, sizeof *t * (size_t)n) == 0 && kvq_ctx_kv_bytes(c) == s->kv_bytes;
+    return n == s->n_past && (!n || memcmp(t, s->tokens, sizeof *t * (size_t)n) == 0) &&
+           kvq_ctx_kv_bytes(c) == s->kv_bytes;
 }
 
 /* Loading p (n bytes) fails with status want (0: any) and a message
