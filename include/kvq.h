@@ -447,12 +447,34 @@ typedef struct kvq_ctx_params {
     int int8_prefill;     /* 1: prompt chunks quantize activations to int8 blocks
                              (faster prefill, logits move; see docs/PERF.md);
                              0: float activations everywhere */
+    size_t mem_limit;     /* bytes the context may plan for (weights + KV + scratch);
+                             0 = MemAvailable from /proc/meminfo (no check where unknown) */
 } kvq_ctx_params;
 
 /* Defaults: n_ctx 0, n_threads 0, n_batch 0, f16/f16, no sinks, no boundary
- * layers, centering on, seed 0. */
+ * layers, centering on, seed 0, mem_limit 0. */
 void kvq_ctx_params_default(kvq_ctx_params *p);
 
+/* What a context with these parameters needs when its cache is full: the
+ * model's weights (mapped, but they must fit in memory to run at speed),
+ * the KV cache at n_ctx tokens in its codecs (sinks and the staging tile in
+ * f16, tiles padded as the store pads them), and scratch buffers plus the
+ * token history. available is mem_limit, or MemAvailable, or 0 if unknown. */
+typedef struct kvq_mem_estimate {
+    int n_ctx;              /* the context length estimated (0 resolved) */
+    size_t weight_bytes, kv_bytes, scratch_bytes;
+    size_t total_bytes;     /* the sum of the three */
+    size_t available_bytes;
+} kvq_mem_estimate;
+
+/* KVQ_ERR_INVALID_ARG for parameters kvq_ctx_create would refuse. */
+kvq_status kvq_ctx_estimate(const kvq_model *m, const kvq_ctx_params *p, kvq_mem_estimate *out);
+
+/* Checks the parameters (n_ctx in [1, 2^24], n_threads in [1, 256],
+ * n_batch in [1, 4096], codec names) and, before allocating anything, that
+ * kvq_ctx_estimate's total fits in the available memory: if not,
+ * KVQ_ERR_NOMEM with a message saying what is needed, what is available
+ * and which smaller KV codec (or shorter context) would fit. */
 kvq_status kvq_ctx_create(const kvq_model *m, const kvq_ctx_params *p, kvq_ctx **out);
 void kvq_ctx_free(kvq_ctx *ctx);
 
@@ -466,6 +488,29 @@ kvq_status kvq_ctx_eval(kvq_ctx *ctx, const int32_t *tokens, int n, float *logit
 /* Tokens held, and the context's capacity. */
 int kvq_ctx_n_past(const kvq_ctx *ctx);
 int kvq_ctx_n_ctx(const kvq_ctx *ctx);
+/* The ids the cache holds, in order (*n gets kvq_ctx_n_past); valid until
+ * the next eval, truncate, session load or free. */
+const int32_t *kvq_ctx_tokens(const kvq_ctx *ctx, int *n);
+
+/* Sessions: the context's tokens and its compressed KV cache (tiles,
+ * staging and sink rows, centering means, rotation seed, codec names per
+ * layer) in one file with a model fingerprint (architecture, dimensions,
+ * vocabulary size, hash of the GGUF metadata and tokenizer), a format
+ * version and an FNV-1a 64 checksum; docs/RELIABILITY.md has the layout.
+ *
+ * save writes PATH.tmp-PID beside PATH, fsyncs it, renames it over PATH and
+ * fsyncs the directory: PATH is the old file or the new one, never half of
+ * one. load reads and checks the whole file into new memory first (size,
+ * version, checksum, fingerprint, cache parameters against this context,
+ * every count and value) and replaces the context's cache and tokens only
+ * when all of it holds; otherwise the context is unchanged and the message
+ * names what did not match (KVQ_ERR_FORMAT for a damaged file,
+ * KVQ_ERR_UNSUPPORTED for another version, model or cache configuration,
+ * KVQ_ERR_RANGE for more tokens than n_ctx, KVQ_ERR_IO when unreadable).
+ * On success *tokens / *n_tokens (either may be NULL) give the tokens now
+ * held, as kvq_ctx_tokens does: evaluation continues after them. */
+kvq_status kvq_ctx_session_save(const kvq_ctx *ctx, const char *path);
+kvq_status kvq_ctx_session_load(kvq_ctx *ctx, const char *path, const int32_t **tokens, int *n_tokens);
 /* Keeps the first n tokens (regeneration, benchmark reuse). */
 kvq_status kvq_ctx_truncate(kvq_ctx *ctx, int n);
 /* Extends dst from its n_past to n tokens with src's KV rows at those

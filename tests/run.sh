@@ -37,7 +37,10 @@ if want python; then
     run_suite "oracle tests (Python)" python3 tests/oracle/run.py "$build"
 fi
 if want replay; then run_suite "fuzz corpus replay" sh tests/fuzz/replay.sh "$build"; fi
-if want cli; then run_suite "CLI errors" sh tests/cli/errors.sh "$build"; fi
+if want cli; then
+    run_suite "CLI errors" sh tests/cli/errors.sh "$build"
+    run_suite "CLI sessions and context limits" sh tests/cli/session.sh "$build"
+fi
 
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ] && [ "$status" -eq 0 ]

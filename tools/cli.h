@@ -91,4 +91,13 @@ int cli_generate(cli_gen *g, const int32_t *prompt, int n_prompt, int n_predict,
 /* The summary line: speeds and KV memory next to f16's. */
 void cli_print_stats(const cli_gen *g, const cli_model_opts *o, const cli_gen_stats *st);
 
+/* --session FILE. load: restores FILE into ctx if it exists (*n_cached gets
+ * its token count; 0 when there is no file yet); 1 on success, else prints
+ * why. reuse: keeps the longest prefix of the cache that the prompt starts
+ * with (short of the prompt's last token, whose logits are needed) and
+ * returns its length: evaluate prompt from there. save: 1 on success. */
+int cli_session_load(kvq_ctx *ctx, const char *path, int *n_cached);
+int cli_session_reuse(kvq_ctx *ctx, const int32_t *prompt, int n_prompt);
+int cli_session_save(const kvq_ctx *ctx, const char *path);
+
 #endif

@@ -97,7 +97,7 @@ int cli_generate(cli_gen *g, const int32_t *prompt, int n_prompt, int n_predict,
     memset(st, 0, sizeof *st);
     const double t0 = cli_now();
     if (n_prompt && kvq_ctx_eval(g->ctx, prompt, n_prompt, g->logits, 0) != KVQ_OK) {
-        fprintf(stderr, "\nkvq: %s\n", kvq_last_error());
+        fprintf(stderr, "kvq: %s\n", kvq_last_error()); /* nothing streamed yet: no line break */
         return 0;
     }
     for (int i = 0; i < n_prompt; i++) kvq_sampler_accept(g->sampler, prompt[i]);

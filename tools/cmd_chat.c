@@ -30,6 +30,8 @@ static void usage(FILE *f) {
             "\n"
             "  -n, --n-predict N     most tokens per reply (default 512)\n"
             "  --system TEXT         system prompt (default: the template's own, if any)\n"
+            "  --session FILE        continue the conversation whose KV cache FILE holds (if\n"
+            "                        it exists) without its prefill; save it at exit\n"
             "\n%s\n%s",
             cli_model_opts_help(), cli_sample_opts_help());
 }
@@ -65,7 +67,7 @@ int cmd_chat(int argc, char **argv) {
     cli_model_opts_init(&o);
     kvq_sampler_params sp = kvq_sampler_default_params();
     long n_predict = 512;
-    const char *system = NULL;
+    const char *system = NULL, *session = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_model_opts_parse(&o, argc, argv, &i);
@@ -81,6 +83,8 @@ int cmd_chat(int argc, char **argv) {
             i++;
         } else if (val && !strcmp(a, "--system")) {
             system = argv[++i];
+        } else if (val && !strcmp(a, "--session")) {
+            session = argv[++i];
         } else {
             fprintf(stderr, "kvq chat: unknown option '%s' (see kvq chat --help)\n", a);
             return 2;
@@ -120,6 +124,15 @@ int cmd_chat(int argc, char **argv) {
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
     const int base = h.n; /* messages /reset keeps */
+    int n_cached = 0;
+    if (session && !cli_session_load(g.ctx, session, &n_cached)) goto done;
+    /* The saved conversation's text is not kept, only its cache. A stand-in
+     * earlier turn makes each new turn render to the same tokens it would
+     * after the real one: a turn's tokens are what its rendering adds. */
+    if (n_cached && (!history_add(&h, "user", "(earlier turns)") || !history_add(&h, "assistant", "(in the session)")))
+        goto done;
+    if (n_cached) turns = 1;
+    if (session && tty) fprintf(stderr, "kvq chat: session %s: %d tokens restored\n", session, n_cached);
     if (tty)
         fprintf(stderr, "kvq chat: %s, KV %s. /reset, /exit or Ctrl-D to quit.\n", info.arch,
                 cli_kv_label(&o, (char[160]){0}, 160));
@@ -178,6 +191,9 @@ int cmd_chat(int argc, char **argv) {
         fflush(stdout);
         if (!ok) goto done;
         if (stop_requested && tty) fprintf(stderr, "(stopped)\n");
+        if (st.stopped_ctx)
+            fprintf(stderr, "kvq chat: the reply stopped: the context is full (%d tokens); /reset or raise -c\n",
+                    kvq_ctx_n_ctx(g.ctx));
         if (!history_add(&h, "assistant", g.text ? g.text : "")) goto done;
         turns++;
         total.n_prompt += st.n_prompt;
@@ -185,8 +201,8 @@ int cmd_chat(int argc, char **argv) {
         total.prompt_s += st.prompt_s;
         total.gen_s += st.gen_s;
     }
-    if (turns) cli_print_stats(&g, &o, &total);
-    rc = 0;
+    if (total.n_prompt) cli_print_stats(&g, &o, &total);
+    rc = session && !cli_session_save(g.ctx, session);
 done:
     free(line);
     free(before);

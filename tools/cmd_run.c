@@ -23,6 +23,8 @@ static void usage(FILE *f) {
             "  --dump-logits FILE    write float32 logits of every prompt position,\n"
             "                        row-major [n_prompt][n_vocab], little endian\n"
             "  --dump-tokens FILE    write the int32 ids of prompt and generated tokens\n"
+            "  --session FILE        load the KV cache saved in FILE (if it exists) and skip\n"
+            "                        the prefill of the prompt prefix it holds; save it at exit\n"
             "\n%s\n%s"
             "\nexample:\n"
             "  kvq run --kv q4_0 --chat -p \"What is the capital of France?\" --temp 0\n",
@@ -93,7 +95,8 @@ int cmd_run(int argc, char **argv) {
     cli_model_opts o;
     cli_model_opts_init(&o);
     kvq_sampler_params sp = kvq_sampler_default_params();
-    const char *tokens_arg = NULL, *prompt_arg = NULL, *file_arg = NULL, *dump_logits = NULL, *dump_tokens = NULL;
+    const char *tokens_arg = NULL, *prompt_arg = NULL, *file_arg = NULL, *dump_logits = NULL, *dump_tokens = NULL,
+               *session = NULL;
     long n_predict = 128;
     int chat = 0;
     for (int i = 1; i < argc; i++) {
@@ -121,6 +124,8 @@ int cmd_run(int argc, char **argv) {
             dump_logits = argv[++i];
         } else if (val && !strcmp(a, "--dump-tokens")) {
             dump_tokens = argv[++i];
+        } else if (val && !strcmp(a, "--session")) {
+            session = argv[++i];
         } else {
             fprintf(stderr, "kvq run: %s '%s' (see kvq run --help)\n",
                     a[0] == '-' && !val ? "missing value or unknown option" : "unknown option", a);
@@ -129,6 +134,10 @@ int cmd_run(int argc, char **argv) {
     }
     if (!!tokens_arg + !!prompt_arg + !!file_arg != 1) {
         fprintf(stderr, "kvq run: give exactly one prompt: -p TEXT, -f FILE or --tokens IDS (see kvq run --help)\n");
+        return 2;
+    }
+    if (session && dump_logits) {
+        fprintf(stderr, "kvq run: --dump-logits evaluates every prompt position; it does not go with --session\n");
         return 2;
     }
     if (chat && tokens_arg) {
@@ -193,13 +202,22 @@ int cmd_run(int argc, char **argv) {
         if (!cli_generate(&g, NULL, 0, (int)n_predict, &st)) goto done;
         st.n_prompt = n_prompt;
         st.prompt_s = prompt_s;
-    } else if (!cli_generate(&g, prompt, n_prompt, (int)n_predict, &st)) {
-        goto done;
+    } else {
+        int reused = 0, n_cached = 0;
+        if (session) {
+            if (!cli_session_load(g.ctx, session, &n_cached)) goto done;
+            reused = cli_session_reuse(g.ctx, prompt, n_prompt);
+            fprintf(stderr, "kvq: session %s: %d tokens saved, %d of the prompt's %d reused\n", session, n_cached,
+                    reused, n_prompt);
+            for (int i = 0; i < reused; i++) kvq_sampler_accept(g.sampler, prompt[i]);
+        }
+        if (!cli_generate(&g, prompt + reused, n_prompt - reused, (int)n_predict, &st)) goto done;
     }
     printf("\n");
     fflush(stdout);
     if (dump_tokens && !write_file(dump_tokens, all, sizeof(int32_t) * (size_t)(n_prompt + st.n_gen))) goto done;
     cli_print_stats(&g, &o, &st);
+    if (session && !cli_session_save(g.ctx, session)) goto done;
     rc = 0;
 done:
     free(file_text);

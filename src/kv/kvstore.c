@@ -43,6 +43,13 @@ static kvq_status stream_reserve(kvq_kv_stream *st, int n_tiles, size_t tile_byt
     return KVQ_OK;
 }
 
+kvq_status kvq_kv_reserve_tiles(kvq_kv *kv, int layer, int n_tiles) {
+    kvq_kv_layer *L = &kv->layers[layer];
+    for (int s = 0; s < 2 * kv->p.n_kv_head; s++)
+        for (int t = 0; t < n_tiles; t++) KVQ_FORWARD(stream_reserve(&L->streams[s], t, L->tile_bytes[s & 1]));
+    return KVQ_OK;
+}
+
 /* Frees the segments that hold no tile below n_tiles. */
 static void stream_shrink(kvq_kv_stream *st, int n_tiles, size_t tile_bytes) {
     int first = stream_cap(st, tile_bytes);

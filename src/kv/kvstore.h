@@ -47,4 +47,8 @@ static inline int kvq_kv_n_staged(const kvq_kv *kv, const kvq_kv_layer *L) {
     return L->n_tokens - kvq_kv_n_sunk(kv, L) - L->n_tiles * kv->p.tile_tokens;
 }
 
+/* Makes room for tiles 0..n_tiles-1 in every stream of a layer without
+ * changing what it holds (session load fills them in place). */
+kvq_status kvq_kv_reserve_tiles(kvq_kv *kv, int layer, int n_tiles);
+
 #endif

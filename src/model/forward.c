@@ -12,27 +12,7 @@
 #include <unistd.h>
 
 #include "common/threadpool.h"
-#include "model/model.h"
-
-struct kvq_ctx {
-    const kvq_model *m;
-    kvq_ctx_params p;
-    kvq_kv *kv;
-    kvq_threadpool *pool;
-    kvq_isa isa;
-    int n_past;
-    int n_threads;
-    double attn_seconds; /* cumulative wall time inside the fused attention calls */
-    /* Scratch for one chunk of up to n_batch tokens. */
-    float *x;        /* (n_batch, n_embd) residual stream */
-    float *xn;       /* (n_batch, n_embd) normed input of a block */
-    float *q;        /* (n_batch, n_head * head_dim) */
-    float *k, *v;    /* (n_batch, n_kv_head * head_dim) */
-    float *att;      /* (n_batch, n_head * head_dim) attention output */
-    float *gate, *up; /* (n_batch, n_ff) */
-    float *rope;     /* (n_batch, n_rot / 2, 2) cos, sin */
-    void *xq_scratch; /* int8 activations of the widest input, (n_batch, max(n_embd, n_ff)) + scales */
-};
+#include "model/ctx.h"
 
 void kvq_ctx_params_default(kvq_ctx_params *p) {
     memset(p, 0, sizeof *p);
@@ -228,6 +208,14 @@ kvq_status kvq_ctx_eval(kvq_ctx *c, const int32_t *tokens, int n, float *logits,
     for (int i = 0; i < n; i++)
         KVQ_RETURN_IF(tokens[i] < 0 || tokens[i] >= c->m->n_vocab, KVQ_ERR_INVALID_ARG,
                       "token %d at index %d is not in the vocabulary [0, %d)", tokens[i], i, c->m->n_vocab);
+    if (c->n_past + n > c->cap_tokens) {
+        int cap = c->cap_tokens ? c->cap_tokens : 256;
+        while (cap < c->n_past + n) cap = cap > c->p.n_ctx / 2 ? c->p.n_ctx : 2 * cap;
+        int32_t *t = realloc(c->tokens, sizeof *t * (size_t)cap);
+        KVQ_RETURN_IF(!t, KVQ_ERR_NOMEM, "context: out of memory for the token history");
+        c->tokens = t;
+        c->cap_tokens = cap;
+    }
     const int start = c->n_past;
     for (int done = 0; done < n;) {
         const int chunk = n - done < c->p.n_batch ? n - done : c->p.n_batch;
@@ -246,6 +234,7 @@ kvq_status kvq_ctx_eval(kvq_ctx *c, const int32_t *tokens, int n, float *logits,
         }
         done += chunk;
     }
+    if (n) memcpy(c->tokens + start, tokens, sizeof *tokens * (size_t)n);
     return KVQ_OK;
 }
 
@@ -268,6 +257,7 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_ctx_params *p, kvq_ctx *
     KVQ_RETURN_IF(cp.n_batch < 1 || cp.n_batch > 4096, KVQ_ERR_INVALID_ARG, "batch size %d not in [1, 4096]",
                   cp.n_batch);
     if (cp.n_batch > cp.n_ctx) cp.n_batch = cp.n_ctx;
+    KVQ_FORWARD(kvq_ctx_check_memory(m, &cp));
 
     kvq_ctx *c = calloc(1, sizeof *c);
     KVQ_RETURN_IF(!c, KVQ_ERR_NOMEM, "context: out of memory");
@@ -317,6 +307,7 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_ctx_params *p, kvq_ctx *
 void kvq_ctx_free(kvq_ctx *c) {
     if (!c) return;
     kvq_kv_free(c->kv);
+    free(c->tokens);
     kvq_threadpool_free(c->pool);
     kvq_free_aligned(c->x);
     kvq_free_aligned(c->xn);
@@ -331,7 +322,21 @@ void kvq_ctx_free(kvq_ctx *c) {
     free(c);
 }
 
+void kvq_ctx_adopt(kvq_ctx *c, kvq_kv *kv, int32_t *tokens, int n) {
+    kvq_kv_free(c->kv);
+    free(c->tokens);
+    c->kv = kv;
+    c->tokens = tokens;
+    c->cap_tokens = n;
+    c->n_past = n;
+}
+
 int kvq_ctx_n_past(const kvq_ctx *c) { return c ? c->n_past : 0; }
+
+const int32_t *kvq_ctx_tokens(const kvq_ctx *c, int *n) {
+    if (n) *n = c ? c->n_past : 0;
+    return c ? c->tokens : NULL;
+}
 int kvq_ctx_n_ctx(const kvq_ctx *c) { return c ? c->p.n_ctx : 0; }
 kvq_isa kvq_ctx_isa(const kvq_ctx *c) { return c ? c->isa : KVQ_ISA_REF; }
 double kvq_ctx_attn_seconds(const kvq_ctx *c) { return c ? c->attn_seconds : 0.0; }

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "model/gguf.h"
 
 #define GGUF_HEADER_BYTES 24
@@ -561,6 +562,10 @@ uint32_t kvq_gguf_version(const kvq_gguf *g) { return g ? g->version : 0; }
 uint64_t kvq_gguf_file_size(const kvq_gguf *g) { return g ? g->size : 0; }
 uint64_t kvq_gguf_alignment(const kvq_gguf *g) { return g ? g->alignment : 0; }
 uint64_t kvq_gguf_data_offset(const kvq_gguf *g) { return g ? g->data_start : 0; }
+
+uint64_t kvq_gguf_meta_hash(const kvq_gguf *g) {
+    return g ? kvq_fnv1a64(KVQ_FNV64_INIT, g->base, (size_t)g->data_start) : 0;
+}
 int64_t kvq_gguf_kv_count(const kvq_gguf *g) { return g ? g->n_kv : 0; }
 int64_t kvq_gguf_tensor_count(const kvq_gguf *g) { return g ? g->n_tensors : 0; }
 

@@ -100,6 +100,11 @@ typedef struct kvq_gguf_tensor {
  * data, which must outlive it. Same checks as kvq_gguf_open(). */
 kvq_status kvq_gguf_open_memory(const void *data, size_t size, kvq_gguf **out);
 
+/* FNV-1a 64 of every byte before the tensor data: header, metadata (the
+ * tokenizer included) and tensor infos. Sessions store it to recognize
+ * the model they were made with. */
+uint64_t kvq_gguf_meta_hash(const kvq_gguf *g);
+
 /* ---- keys and values.
  * The typed getters fail with KVQ_ERR_FORMAT and a message naming the key
  * when it is missing or its value has the wrong type or does not fit. For an

@@ -178,19 +178,30 @@ static kvq_status load_all(kvq_model *m) {
     return KVQ_OK;
 }
 
-kvq_status kvq_model_load(const char *path, kvq_model **out) {
-    KVQ_RETURN_IF(!path || !out, KVQ_ERR_INVALID_ARG, "kvq_model_load: NULL argument");
+kvq_status kvq_model_from_gguf(kvq_gguf *g, kvq_model **out) {
+    KVQ_RETURN_IF(!g || !out, KVQ_ERR_INVALID_ARG, "kvq_model_from_gguf: NULL argument");
     *out = NULL;
     kvq_model *m = calloc(1, sizeof *m);
-    KVQ_RETURN_IF(!m, KVQ_ERR_NOMEM, "model: out of memory");
-    kvq_status s = kvq_gguf_open(path, &m->gguf);
-    if (s == KVQ_OK) s = load_all(m);
+    if (!m) {
+        kvq_gguf_close(g);
+        return kvq_fail(KVQ_ERR_NOMEM, "model: out of memory");
+    }
+    m->gguf = g;
+    const kvq_status s = load_all(m);
     if (s != KVQ_OK) {
         kvq_model_free(m);
         return s;
     }
     *out = m;
     return KVQ_OK;
+}
+
+kvq_status kvq_model_load(const char *path, kvq_model **out) {
+    KVQ_RETURN_IF(!path || !out, KVQ_ERR_INVALID_ARG, "kvq_model_load: NULL argument");
+    *out = NULL;
+    kvq_gguf *g;
+    KVQ_FORWARD(kvq_gguf_open(path, &g));
+    return kvq_model_from_gguf(g, out);
 }
 
 void kvq_model_free(kvq_model *m) {

@@ -43,4 +43,8 @@ struct kvq_model {
     size_t weight_bytes;
 };
 
+/* A model over an opened GGUF file (kvq_gguf_open_memory in tests and
+ * fuzzing); the model owns g from here on, also when loading fails. */
+kvq_status kvq_model_from_gguf(kvq_gguf *g, kvq_model **out);
+
 #endif

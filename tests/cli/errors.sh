@@ -18,6 +18,16 @@ gguf=tests/fuzz/corpus/fuzz_gguf/valid-v3.gguf
 mkdir "$dir/a-directory.gguf"
 head -c 700 "$gguf" >"$dir/cut-header.gguf"
 head -c $(($(wc -c <"$gguf") - 1)) "$gguf" >"$dir/cut-data.gguf"
+# The tiny model with one byte changed: a required key renamed away, an
+# unknown architecture.
+tiny=tests/data/tiny-llama.gguf
+patch_after() { # FILE OUT STRING DELTA: sets the byte DELTA past STRING's first occurrence to X
+    off=$(grep -obUa "$3" "$1" | head -n 1 | cut -d: -f1)
+    cp "$1" "$2"
+    printf 'X' | dd of="$2" bs=1 seek=$((off + $4)) conv=notrunc 2>/dev/null
+}
+patch_after "$tiny" "$dir/no-block-count.gguf" llama.block_count 16
+patch_after "$tiny" "$dir/other-arch.gguf" llama 4
 
 cases='
 2|unknown command '"'"'frobnicate'"'"'|frobnicate
@@ -37,13 +47,35 @@ cases='
 1|fewer than a GGUF header|info --model @DIR@/empty.gguf
 1|truncated|info -m @DIR@/cut-header.gguf
 1|beyond end of file|info -m @DIR@/cut-data.gguf
+1|missing key '"'"'llama.block_count'"'"'|run -m @DIR@/no-block-count.gguf -p hi
+1|architecture '"'"'llamX'"'"' is not supported|chat -m @DIR@/other-arch.gguf
+1|truncated|run -m @DIR@/cut-header.gguf -p hi
+2|-c: '"'"'0'"'"' is not a whole number in [1, 16777216]|run -m @TINY@ -p hi -c 0
+2|-c: '"'"'abc'"'"' is not a whole number|run -m @TINY@ -p hi -c abc
+2|-c: '"'"'16777217'"'"' is not a whole number in [1, 16777216]|chat -m @TINY@ -c 16777217
+2|--ctx-size: '"'"'99999999999999999999'"'"' is not a whole number|run -m @TINY@ -p hi --ctx-size 99999999999999999999
+2|-t: '"'"'0'"'"' is not a whole number in [1, 256]|run -m @TINY@ -p hi -t 0
+2|--threads: '"'"'257'"'"' is not a whole number in [1, 256]|chat -m @TINY@ --threads 257
+2|-t: '"'"'-3'"'"' is not a whole number|run -m @TINY@ -p hi -t -3
+2|-b: '"'"'0'"'"' is not a whole number in [1, 4096]|run -m @TINY@ -p hi -b 0
+2|-n: '"'"'-1'"'"' is not a whole number in [0, 16777216]|run -m @TINY@ -p hi -n -1
+2|--kv-sinks: '"'"'-1'"'"' is not a whole number|run -m @TINY@ -p hi --kv-sinks -1
+2|--temp: '"'"'nan'"'"'|run -m @TINY@ -p hi --temp nan
+2|unknown KV preset '"'"'nope'"'"'|run -m @TINY@ -p hi --kv nope
+1|unknown KV codec '"'"'zz'"'"'|run -m @TINY@ -p hi -ctk zz
+2|-m needs a value|run -m
+2|missing value or unknown option '"'"'--session'"'"'|run -m @TINY@ -p hi --session
+2|unknown option '"'"'--session'"'"'|chat -m @TINY@ --session
+2|give exactly one prompt|run -m @TINY@
+1|--tokens: '"'"'1,x'"'"' is not a comma-separated list of token ids|run -m @TINY@ --tokens 1,x
+1|token 99999 at index 1 is not in the vocabulary [0, 270)|run -m @TINY@ --tokens 1,99999
 '
 
 pass=0
 fail=0
 while IFS='|' read -r want text args; do
     [ -n "$want" ] || continue
-    args=$(printf '%s' "$args" | sed "s|@DIR@|$dir|g")
+    args=$(printf '%s' "$args" | sed -e "s|@DIR@|$dir|g" -e "s|@TINY@|$tiny|g")
     # shellcheck disable=SC2086 # the table's args are meant to split
     "$kvq" $args >/dev/null 2>"$dir/stderr"
     rc=$?

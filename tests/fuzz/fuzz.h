@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kvq.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* A property the library promises was broken: report and abort, which both
@@ -25,5 +27,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
             abort();                                                             \
         }                                                                        \
     } while (0)
+
+/* The tiny in-repo model (tests/data/tiny-llama.gguf, from gen_corpus.py),
+ * loaded once per process: $KVQ_TINY_MODEL, else the path from the repo
+ * root, where make runs the fuzzers and the replay. Missing, it is a setup
+ * error, not a finding: say so and stop. */
+static inline const kvq_model *fuzz_tiny_model(void) {
+    static kvq_model *m;
+    if (m) return m;
+    const char *path = getenv("KVQ_TINY_MODEL");
+    if (!path) path = "tests/data/tiny-llama.gguf";
+    if (kvq_model_load(path, &m) != KVQ_OK) {
+        fprintf(stderr, "fuzz: cannot load the tiny model %s: %s (run from the repo root)\n", path, kvq_last_error());
+        exit(2);
+    }
+    return m;
+}
 
 #endif

@@ -39,24 +39,30 @@ def value(vtype, v, version):
     return struct.pack(SCALAR_FMT[vtype], v)
 
 
-def gguf(kvs, tensors, version=3, alignment=32, rng=None):
-    """kvs: [(key, type, value)]; tensors: [(name, ggml_type, dims)]."""
+def gguf(kvs, tensors, version=3, alignment=32, rng=None, data=None):
+    """kvs: [(key, type, value)]; tensors: [(name, ggml_type, dims)]; data:
+    each tensor's bytes, random where not given."""
+    return b"".join(gguf_parts(kvs, tensors, version, alignment, rng, data))
+
+
+def gguf_parts(kvs, tensors, version=3, alignment=32, rng=None, data=None):
+    """gguf()'s file as (everything before the tensor data, the data)."""
     rng = rng or random.Random(0)
     head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
     for key, vtype, v in kvs:
         head += gstr(key, version) + struct.pack("<I", vtype) + value(vtype, v, version)
-    data = b""
-    for name, ttype, dims in tensors:
+    blob = b""
+    for k, (name, ttype, dims) in enumerate(tensors):
         bs, bb = GGML[ttype]
         n = math.prod(dims)
         nbytes = n // bs * bb
-        data += b"\0" * (-len(data) % alignment)
+        blob += b"\0" * (-len(blob) % alignment)
         head += gstr(name, version) + struct.pack("<I", len(dims))
         head += b"".join(struct.pack("<Q", d) for d in dims)
-        head += struct.pack("<IQ", ttype, len(data))
-        data += bytes(rng.getrandbits(8) for _ in range(nbytes))
+        head += struct.pack("<IQ", ttype, len(blob))
+        blob += data[k] if data else bytes(rng.getrandbits(8) for _ in range(nbytes))
     head += b"\0" * (-len(head) % alignment)
-    return head + data
+    return head, blob
 
 
 def write(target, name, blob):
@@ -129,6 +135,183 @@ def codec_seeds(n_codecs=18):
     write("fuzz_codec_decode", "q5_1-ones", bytes([7, 0, 2]) + b"\xff" * 128)
 
 
+def gpt2_byte_text(b):
+    """GPT-2's byte -> code point map (bytes_to_unicode)."""
+    keep = lambda i: 0x21 <= i <= 0x7E or 0xA1 <= i <= 0xAC or i >= 0xAE
+    if keep(b):
+        return chr(b)
+    return chr(256 + sum(1 for i in range(b) if not keep(i)))
+
+
+def q8_0(values):
+    """ggml's reference q8_0 quantizer: blocks of 32, fp16 scale amax/127."""
+    out = b""
+    for i in range(0, len(values), 32):
+        blk = values[i:i + 32]
+        amax = max(abs(v) for v in blk)
+        d = amax / 127.0
+        inv = 1.0 / d if d else 0.0
+        out += struct.pack("<e", d) + struct.pack("<32b", *[int(round(v * inv)) for v in blk])
+    return out
+
+
+def tiny_model(n_layer=2, n_embd=128, n_head=4, n_kv_head=2, n_ff=128, n_ctx=256, seed=3):
+    """A small llama-architecture model with random weights and a byte-level
+    BPE vocabulary (the 256 bytes, a few merges, ChatML specials): small
+    enough for the repo, real enough for sessions, the tokenizer and the CLI
+    to run end to end without the downloaded model."""
+    rng = random.Random(seed)
+    merges = ["t h", "th e", "\u0120 t", "\u0120t h", "\u0120th e", "a n", "i n", "o n", "e r", "\u0120 a", "r e"]
+    tokens = [gpt2_byte_text(b) for b in range(256)]
+    for m in merges:
+        tokens.append(m.replace(" ", ""))
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    first_special = len(tokens)
+    tokens += specials
+    types = [1] * first_special + [3] * len(specials)
+    n_vocab = len(tokens)
+    kvs = [
+        ("general.architecture", STRING, "llama"),
+        ("general.name", STRING, "kvq tiny test model"),
+        ("llama.block_count", U32, n_layer),
+        ("llama.context_length", U32, n_ctx),
+        ("llama.embedding_length", U32, n_embd),
+        ("llama.feed_forward_length", U32, n_ff),
+        ("llama.attention.head_count", U32, n_head),
+        ("llama.attention.head_count_kv", U32, n_kv_head),
+        ("llama.rope.freq_base", F32, 10000.0),
+        ("llama.attention.layer_norm_rms_epsilon", F32, 1e-5),
+        ("tokenizer.ggml.model", STRING, "gpt2"),
+        ("tokenizer.ggml.pre", STRING, "smollm"),
+        ("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
+        ("tokenizer.ggml.token_type", ARRAY, (I32, types)),
+        ("tokenizer.ggml.merges", ARRAY, (STRING, merges)),
+        ("tokenizer.ggml.bos_token_id", U32, first_special),
+        ("tokenizer.ggml.eos_token_id", U32, first_special + 2),
+        ("tokenizer.chat_template", STRING,
+         "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
+         " + '<|im_end|>' + '\\n'}}{% endfor %}"),
+    ]
+    hd = n_embd // n_head
+
+    def mat(rows, n):
+        return q8_0([rng.gauss(0, 1) / math.sqrt(n) for _ in range(rows * n)])
+
+    def ones(n):
+        return struct.pack("<%df" % n, *[1.0 + 0.1 * rng.gauss(0, 1) for _ in range(n)])
+
+    tensors = [("token_embd.weight", 8, [n_embd, n_vocab], mat(n_vocab, n_embd)),
+               ("output_norm.weight", 0, [n_embd], ones(n_embd))]
+    for il in range(n_layer):
+        b = "blk.%d." % il
+        tensors += [(b + "attn_norm.weight", 0, [n_embd], ones(n_embd)),
+                    (b + "ffn_norm.weight", 0, [n_embd], ones(n_embd)),
+                    (b + "attn_q.weight", 8, [n_embd, n_head * hd], mat(n_head * hd, n_embd)),
+                    (b + "attn_k.weight", 8, [n_embd, n_kv_head * hd], mat(n_kv_head * hd, n_embd)),
+                    (b + "attn_v.weight", 8, [n_embd, n_kv_head * hd], mat(n_kv_head * hd, n_embd)),
+                    (b + "attn_output.weight", 8, [n_head * hd, n_embd], mat(n_embd, n_head * hd)),
+                    (b + "ffn_gate.weight", 8, [n_embd, n_ff], mat(n_ff, n_embd)),
+                    (b + "ffn_up.weight", 8, [n_embd, n_ff], mat(n_ff, n_embd)),
+                    (b + "ffn_down.weight", 8, [n_ff, n_embd], mat(n_embd, n_ff))]
+    return gguf_parts(kvs, [(n, t, d) for n, t, d, _ in tensors], data=[b for _, _, _, b in tensors])
+
+
+def fnv1a64(data, h=0xCBF29CE484222325):
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+# Cache configurations of tests/fuzz/fuzz_session.c (its configs[], in
+# order): K and V codec, sinks, boundary layers. Row bytes for head_dim 32.
+SESSION_CONFIGS = [("f16", "f16", 0, 0), ("q8_0", "q8_0", 3, 0), ("q4_0", "turbo3", 2, 0), ("f32", "f16", 0, 1)]
+ROW_BYTES = {"f16": 64, "f32": 128, "q8_0": 34, "q4_0": 18, "turbo3": 14}
+QUANTIZED = {"q8_0", "q4_0", "turbo3"}
+
+
+def session(meta_hash, config, n_tokens, rng, n_layer=2, n_kv_head=2, head_dim=32, n_vocab=270, tile=32, seed=7):
+    """A session file as docs/RELIABILITY.md describes version 1, written
+    independently of the C writer: the fingerprint of the tiny model, its
+    cache parameters, random tokens and random (finite) K/V rows. Tiles are
+    written as f16, f32 or q8_0 rows; other codecs get only sinks and
+    staging (n_tokens small enough)."""
+    ctk, ctv, n_sinks, boundary = config
+
+    def sec(tag, body):
+        return tag + struct.pack("<IQ", 0, len(body)) + body
+
+    def name(s):
+        return s.encode().ljust(32, b"\0")
+
+    def f16_rows(n):
+        return struct.pack("<%de" % (n * head_dim), *[rng.gauss(0, 1) for _ in range(n * head_dim)])
+
+    def codec_rows(codec, n):
+        if n == 0:
+            return b""
+        if codec == "f16":
+            return f16_rows(n)
+        if codec == "f32":  # the store keeps f16-exact values
+            vals = struct.unpack("<%de" % (n * head_dim), f16_rows(n))
+            return struct.pack("<%df" % len(vals), *vals)
+        assert codec == "q8_0", codec
+        return b"".join(q8_0([rng.gauss(0, 1) for _ in range(head_dim)]) for _ in range(n))
+
+    layer_codecs = []
+    for l in range(n_layer):
+        edge = l < boundary or l >= n_layer - boundary
+        layer_codecs.append(("q8_0", "q8_0") if edge else (ctk, ctv))
+    fprt = b"llama".ljust(16, b"\0") + struct.pack("<6IQ", n_layer, 128, 4, n_kv_head, head_dim, n_vocab, meta_hash)
+    parm = struct.pack("<7IQ", n_layer, n_kv_head, head_dim, tile, n_sinks, boundary, 1, seed) + name(ctk) + name(ctv)
+    for k, v in layer_codecs:
+        parm += name(k) + name(v) + struct.pack("<II", ROW_BYTES[k], ROW_BYTES[v])
+    tokens = [rng.randrange(n_vocab) for _ in range(n_tokens)]
+    toks = struct.pack("<I%di" % n_tokens, n_tokens, *tokens)
+    sunk = min(n_tokens, n_sinks)
+    n_tiles = (n_tokens - sunk) // tile
+    staged = n_tokens - sunk - n_tiles * tile
+    payload = sec(b"FPRT", fprt) + sec(b"PARM", parm) + sec(b"TOKS", toks)
+    for l, codecs in enumerate(layer_codecs):
+        body = struct.pack("<4I", l, n_tokens, n_tiles, int(n_tiles > 0))
+        for _ in range(n_kv_head):
+            for codec in codecs:
+                if codec in QUANTIZED and n_tiles:
+                    body += struct.pack("<%df" % head_dim, *[rng.gauss(0, 0.1) for _ in range(head_dim)])
+                body += f16_rows(sunk) + codec_rows(codec, n_tiles * tile) + f16_rows(staged)
+        payload += sec(b"LAYR", body)
+    return b"KVQSESS\n" + struct.pack("<IIQQ", 1, 0, len(payload), fnv1a64(payload)) + payload
+
+
+def session_seeds(head):
+    rng = random.Random(4)
+    meta = fnv1a64(head)
+    plans = [(0, [0, 5, 40, 70]), (1, [2, 40, 100]), (2, [1, 20, 33]), (3, [10, 64])]
+    for c, sizes in plans:
+        for n in sizes:
+            blob = session(meta, SESSION_CONFIGS[c], n, rng)
+            write("fuzz_session", "cfg%d-%03d-tokens" % (c, n), bytes([c]) + blob)
+            # Bit 7: the target reseals the header, so mutations get past the checksum.
+            write("fuzz_session", "cfg%d-%03d-tokens-resealed" % (c, n), bytes([0x80 | c]) + blob)
+    good = session(meta, SESSION_CONFIGS[1], 40, rng)
+    write("fuzz_session", "cfg1-truncated", bytes([1]) + good[: len(good) // 2])
+    write("fuzz_session", "cfg1-bad-checksum", bytes([1]) + good[:40] + bytes([good[40] ^ 1]) + good[41:])
+    write("fuzz_session", "cfg1-version-2", bytes([1]) + good[:8] + b"\2" + good[9:])
+    write("fuzz_session", "cfg0-into-cfg1", bytes([1]) + session(meta, SESSION_CONFIGS[0], 5, rng))
+    write("fuzz_session", "empty", b"")
+
+
+def tokenizer_seeds():
+    """Flag byte (bit 0: SentencePiece, bit 1: parse_special, bit 2:
+    add_bos) + text."""
+    texts = [b"the cat in the hat", "\u00e9t\u00e9 \u20ac \U0001F600 na\u00efve".encode(),
+             b"<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", b"12345 67 8.9",
+             b"  \t\n\n  spaces   ", b"\xff\xfe\xc3\x28 \xe2\x82 \xed\xa0\x80 \xf4\x90\x80\x80", b"",
+             b"<|endoftext|><|im_end|<|im_start|>", "\u2581the \u2581a ab".encode()]
+    for i, t in enumerate(texts):
+        for flags in (0, 1, 2, 7):
+            write("fuzz_tokenizer", "text%d-flags%d" % (i, flags), bytes([flags]) + t)
+
+
 def wtype_seeds():
     rng = random.Random(2)
     # Header: weight type index (table order of src/model/wtypes.def), ISA.
@@ -146,7 +329,18 @@ def wtype_seeds():
     write("fuzz_wtype", "q8_0-ref-partial", bytes([6, 0]) + bytes(range(50)))
 
 
+# The tiny model lives in tests/data (unit tests, the CLI session tests and
+# fuzz_session load it) and seeds fuzz_gguf with a complete model file.
+TINY_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "tiny-llama.gguf")
+
+
 if __name__ == "__main__":
+    head, blob = tiny_model()
+    with open(TINY_MODEL, "wb") as f:
+        f.write(head + blob)
+    write("fuzz_gguf", "tiny-llama.gguf", head + blob)
+    session_seeds(head)
+    tokenizer_seeds()
     gguf_seeds()
     codec_seeds()
     wtype_seeds()
