@@ -200,6 +200,18 @@ static kvq_status forward_chunk(kvq_ctx *c, const int32_t *tokens, int n, float 
     return KVQ_OK;
 }
 
+/* Room for n tokens in the token history (n <= n_ctx). */
+static kvq_status reserve_tokens(kvq_ctx *c, int n) {
+    if (n <= c->cap_tokens) return KVQ_OK;
+    int cap = c->cap_tokens ? c->cap_tokens : 256;
+    while (cap < n) cap = cap > c->p.n_ctx / 2 ? c->p.n_ctx : 2 * cap;
+    int32_t *t = realloc(c->tokens, sizeof *t * (size_t)cap);
+    KVQ_RETURN_IF(!t, KVQ_ERR_NOMEM, "context: out of memory for the token history");
+    c->tokens = t;
+    c->cap_tokens = cap;
+    return KVQ_OK;
+}
+
 kvq_status kvq_ctx_eval(kvq_ctx *c, const int32_t *tokens, int n, float *logits, int all_logits) {
     KVQ_RETURN_IF(!c || (!tokens && n > 0) || n < 0, KVQ_ERR_INVALID_ARG, "kvq_ctx_eval: bad arguments");
     KVQ_RETURN_IF(n > c->p.n_ctx - c->n_past, KVQ_ERR_RANGE,
@@ -208,14 +220,7 @@ kvq_status kvq_ctx_eval(kvq_ctx *c, const int32_t *tokens, int n, float *logits,
     for (int i = 0; i < n; i++)
         KVQ_RETURN_IF(tokens[i] < 0 || tokens[i] >= c->m->n_vocab, KVQ_ERR_INVALID_ARG,
                       "token %d at index %d is not in the vocabulary [0, %d)", tokens[i], i, c->m->n_vocab);
-    if (c->n_past + n > c->cap_tokens) {
-        int cap = c->cap_tokens ? c->cap_tokens : 256;
-        while (cap < c->n_past + n) cap = cap > c->p.n_ctx / 2 ? c->p.n_ctx : 2 * cap;
-        int32_t *t = realloc(c->tokens, sizeof *t * (size_t)cap);
-        KVQ_RETURN_IF(!t, KVQ_ERR_NOMEM, "context: out of memory for the token history");
-        c->tokens = t;
-        c->cap_tokens = cap;
-    }
+    KVQ_FORWARD(reserve_tokens(c, c->n_past + n));
     const int start = c->n_past;
     for (int done = 0; done < n;) {
         const int chunk = n - done < c->p.n_batch ? n - done : c->p.n_batch;
@@ -349,6 +354,7 @@ kvq_status kvq_ctx_copy_kv(kvq_ctx *dst, const kvq_ctx *src, int n) {
     KVQ_RETURN_IF(n < dst->n_past || n > src->n_past || n > dst->p.n_ctx, KVQ_ERR_INVALID_ARG,
                   "kvq_ctx_copy_kv: to %d tokens, but the target holds %d (context %d) and the source %d", n,
                   dst->n_past, dst->p.n_ctx, src->n_past);
+    KVQ_FORWARD(reserve_tokens(dst, n));
     const kvq_model *m = dst->m;
     const size_t row = (size_t)m->n_kv_head * m->head_dim;
     float *k = malloc(sizeof(float) * 2 * row);
@@ -365,6 +371,8 @@ kvq_status kvq_ctx_copy_kv(kvq_ctx *dst, const kvq_ctx *src, int n) {
         kvq_kv_truncate(dst->kv, dst->n_past); /* all or nothing */
         return s;
     }
+    if (n > dst->n_past)
+        memcpy(dst->tokens + dst->n_past, src->tokens + dst->n_past, sizeof *dst->tokens * (size_t)(n - dst->n_past));
     dst->n_past = n;
     return KVQ_OK;
 }
