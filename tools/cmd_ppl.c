@@ -410,7 +410,10 @@ static int score_row(ppl_run *R, ppl_cfg *c, int j, const float *logits, int32_t
 }
 
 /* Evaluates one chunk for config c in a fresh context: the first half
- * without logits, the scored half PIECE positions at a time. */
+ * without logits, the rest PIECE positions at a time. The last token's
+ * logits score nothing, but it is evaluated as llama-perplexity does:
+ * within a batch every token is appended before attention, so a tile it
+ * completes is compressed before the positions before it attend to it. */
 static int eval_chunk(ppl_run *R, ppl_cfg *c, const int32_t *toks, FILE *save) {
     kvq_ctx_params p = R->mo.ctx;
     p.n_ctx = R->n_ctx;
@@ -423,10 +426,10 @@ static int eval_chunk(ppl_run *R, ppl_cfg *c, const int32_t *toks, FILE *save) {
     if (kvq_ctx_create(R->model, &p, &ctx) != KVQ_OK) goto fail;
     if (kvq_ctx_eval(ctx, toks, R->first, NULL, 0) != KVQ_OK) goto fail;
     const int V = R->info.n_vocab;
-    for (int p0 = R->first; p0 < R->n_ctx - 1; p0 += PIECE) {
-        const int n = R->n_ctx - 1 - p0 < PIECE ? R->n_ctx - 1 - p0 : PIECE;
+    for (int p0 = R->first; p0 < R->n_ctx; p0 += PIECE) {
+        const int n = R->n_ctx - p0 < PIECE ? R->n_ctx - p0 : PIECE;
         if (kvq_ctx_eval(ctx, toks + p0, n, R->logits, 1) != KVQ_OK) goto fail;
-        for (int r = 0; r < n; r++)
+        for (int r = 0; r < n && p0 + r + 1 < R->n_ctx; r++)
             if (!score_row(R, c, p0 - R->first + r, R->logits + (size_t)r * V, toks[p0 + r + 1], save)) goto done;
     }
     c->kv_bytes = kvq_ctx_kv_bytes(ctx);
