@@ -359,9 +359,12 @@ static int read_chunk(ppl_run *R, FILE *f, int chunk) {
 
 static void progress(ppl_run *R, int chunk, int n_chunks, const ppl_cfg *c) {
     const double el = cli_now() - R->t_start;
-    const double eta = R->evals_done ? R->eval_s / (double)R->evals_done * (double)(R->evals_total - R->evals_done) : 0;
-    fprintf(stderr, "%skvq ppl: chunk %d/%d, %s (%ld/%ld) | %.0f s elapsed, ETA %.0f s%s", R->is_tty ? "\r" : "",
-            chunk + 1, n_chunks, c->label, R->evals_done + 1, R->evals_total, el, eta, R->is_tty ? "\033[K" : "\n");
+    char eta[32] = "ETA unknown until one run ends";
+    if (R->evals_done)
+        snprintf(eta, sizeof eta, "ETA %.0f s",
+                 R->eval_s / (double)R->evals_done * (double)(R->evals_total - R->evals_done));
+    fprintf(stderr, "%skvq ppl: chunk %d/%d, %s (%ld/%ld) | %.0f s elapsed, %s%s", R->is_tty ? "\r" : "", chunk + 1,
+            n_chunks, c->label, R->evals_done + 1, R->evals_total, el, eta, R->is_tty ? "\033[K" : "\n");
 }
 
 /* One scored row: the base keeps it (and writes its record), a config is
