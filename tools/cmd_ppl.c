@@ -58,6 +58,12 @@ static void usage(FILE *f) {
             "                        --chunks default to the file's, and model, text, -c and\n"
             "                        --chunks must match it\n"
             "  -o, --output FMT      md (default) or json (an array, one object per config)\n"
+            "  -m, --model FILE      GGUF model (default: $KVQ_MODEL, else the cached default\n"
+            "                        model; `make model` fetches it)\n"
+            "  -t, --threads N       threads (default: every core)\n"
+            "  -b, --batch-size N    prompt tokens per forward chunk (default 256)\n"
+            "  --kv-sinks N, --kv-boundary L, --kv-no-center, --kv-seed N, --int8-prefill\n"
+            "                        as in `kvq run --help`\n"
             "\n"
             "The base is f16 K and V with no sinks or boundary layers; --kv-sinks,\n"
             "--kv-boundary, --kv-no-center and --kv-seed apply to every other config.\n"
@@ -66,11 +72,11 @@ static void usage(FILE *f) {
             "(nats) with its standard error, 99th percentile and max KLD, the share of\n"
             "positions whose most likely token is the base's, and the RMS of the change in\n"
             "the probability of the correct token. Progress and an ETA go to stderr.\n"
-            "\n%s"
+            "docs/QUALITY.md has the tables for every codec and preset.\n"
             "\nexample:\n"
             "  scripts/prepare-kjv.sh /tmp/kjv.txt\n"
             "  kvq ppl -f /tmp/kjv.txt -c 2048 --chunks 4 --kv q8_0,q4_0,turbo4,k8v4,q8_0/turbo3\n",
-            PPL_TOPK, cli_model_opts_help());
+            PPL_TOPK);
 }
 
 typedef struct {
