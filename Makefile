@@ -30,7 +30,7 @@ TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all test clean model demo
-all: $(BUILD)/kvq $(BUILD)/kvq-test $(BUILD)/libkvq.so $(REPLAY_BIN)
+all: $(BUILD)/kvq $(BUILD)/kvq-test $(BUILD)/libkvq.so $(BUILD)/libkvqppl.so $(REPLAY_BIN)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -44,6 +44,11 @@ $(BUILD)/libkvq.a: $(LIB_OBJ)
 # For the Python oracle tests (ctypes).
 $(BUILD)/libkvq.so: $(LIB_OBJ)
 	$(CC) -shared -pthread -o $@ $^ $(LDLIBS)
+
+# tools/ppl_stats.c alone, for the oracle test that checks kvq ppl's
+# statistics against numpy.
+$(BUILD)/libkvqppl.so: $(BUILD)/obj/tools/ppl_stats.o
+	$(CC) -shared -o $@ $^ -lm
 
 # The CLI sees only include/kvq.h.
 $(BUILD)/kvq: $(TOOL_OBJ) $(BUILD)/libkvq.a

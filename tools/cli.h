@@ -14,6 +14,7 @@ int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_ppl(int argc, char **argv);
 
 /* Monotonic time in seconds. */
 double cli_now(void);
@@ -22,6 +23,16 @@ double cli_now(void);
 int cli_parse_int(const char *flag, const char *text, long lo, long hi, long *out);
 /* The same for a finite decimal number in [lo, hi]. */
 int cli_parse_float(const char *flag, const char *text, double lo, double hi, double *out);
+/* A comma-separated list option ("f16,q8_0,turbo4"). */
+#define CLI_LIST_MAX 64
+typedef struct cli_str_list {
+    const char *v[CLI_LIST_MAX];
+    int n;
+} cli_str_list;
+/* Appends the names of text to l; they point into a copy of text that is
+ * stored in *store (the caller frees it). On an empty name, too many names
+ * or no memory, prints "kvq CMD: FLAG: ..." and returns 0. */
+int cli_parse_str_list(const char *cmd, const char *flag, const char *text, cli_str_list *l, char **store);
 /* Reads a whole file (or "-" for stdin) into a NUL-terminated buffer. */
 char *cli_read_file(const char *path, size_t *len);
 

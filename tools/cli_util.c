@@ -109,3 +109,31 @@ char *cli_read_file(const char *path, size_t *len) {
     *len = n;
     return buf;
 }
+
+int cli_parse_str_list(const char *cmd, const char *flag, const char *text, cli_str_list *l, char **store) {
+    if (!text || !*text) {
+        fprintf(stderr, "kvq %s: %s needs a value\n", cmd, flag);
+        return 0;
+    }
+    char *s = strdup(text);
+    if (!s) {
+        fprintf(stderr, "kvq %s: out of memory\n", cmd);
+        return 0;
+    }
+    *store = s;
+    for (char *tok = s;;) {
+        char *comma = strchr(tok, ',');
+        if (comma) *comma = '\0';
+        if (!*tok) {
+            fprintf(stderr, "kvq %s: %s: empty name in '%s'\n", cmd, flag, text);
+            return 0;
+        }
+        if (l->n == CLI_LIST_MAX) {
+            fprintf(stderr, "kvq %s: %s: more than %d values\n", cmd, flag, CLI_LIST_MAX);
+            return 0;
+        }
+        l->v[l->n++] = tok;
+        if (!comma) return 1;
+        tok = comma + 1;
+    }
+}

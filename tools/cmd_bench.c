@@ -86,10 +86,7 @@ typedef struct {
     int n;
 } int_list;
 
-typedef struct {
-    const char *v[LIST_MAX];
-    int n;
-} str_list;
+typedef cli_str_list str_list;
 
 /* Appends the comma-separated whole numbers of text to l. */
 static int parse_int_list(const char *flag, const char *text, long lo, long hi, int_list *l) {
@@ -114,32 +111,6 @@ static int parse_int_list(const char *flag, const char *text, long lo, long hi, 
         l->v[l->n++] = v;
         if (!*end) return 1;
         p = end + 1;
-    }
-}
-
-/* Splits the comma-separated names of text (copied into *store) into l. */
-static int parse_str_list(const char *flag, const char *text, str_list *l, char **store) {
-    if (!text || !*text) {
-        fprintf(stderr, "kvq bench: %s needs a value\n", flag);
-        return 0;
-    }
-    char *s = strdup(text);
-    if (!s) return 0;
-    *store = s;
-    for (char *tok = s;;) {
-        char *comma = strchr(tok, ',');
-        if (comma) *comma = '\0';
-        if (!*tok) {
-            fprintf(stderr, "kvq bench: %s: empty name in '%s'\n", flag, text);
-            return 0;
-        }
-        if (l->n == LIST_MAX) {
-            fprintf(stderr, "kvq bench: %s: more than %d values\n", flag, LIST_MAX);
-            return 0;
-        }
-        l->v[l->n++] = tok;
-        if (!comma) return 1;
-        tok = comma + 1;
     }
 }
 
@@ -902,13 +873,13 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "kvq bench: too many list options\n");
             goto done;
         } else if (is(a, "-m", "--model")) {
-            ok = parse_str_list(a, val, &b.models, &store[n_store++]);
+            ok = cli_parse_str_list("bench", a, val, &b.models, &store[n_store++]);
         } else if (is(a, "-ctk", "--ctk") || is(a, "--cache-type-k", NULL)) {
-            ok = parse_str_list(a, val, &b.ctks, &store[n_store++]);
+            ok = cli_parse_str_list("bench", a, val, &b.ctks, &store[n_store++]);
         } else if (is(a, "-ctv", "--ctv") || is(a, "--cache-type-v", NULL)) {
-            ok = parse_str_list(a, val, &b.ctvs, &store[n_store++]);
+            ok = cli_parse_str_list("bench", a, val, &b.ctvs, &store[n_store++]);
         } else if (is(a, "--kv", NULL)) {
-            ok = parse_str_list(a, val, &b.presets, &store[n_store++]);
+            ok = cli_parse_str_list("bench", a, val, &b.presets, &store[n_store++]);
         } else if (is(a, "-p", "--n-prompt")) {
             ok = parse_int_list(a, val, 0, 1 << 20, &b.prompts);
         } else if (is(a, "-n", "--n-gen")) {

@@ -14,6 +14,7 @@ static const struct {
     {"chat", cmd_chat, "interactive chat; keeps the compressed cache between turns"},
     {"tokenize", cmd_tokenize, "text to token ids and back"},
     {"bench", cmd_bench, "llama-bench-style pp/tg throughput over KV configs and depths, f16 control"},
+    {"ppl", cmd_ppl, "perplexity and KL divergence from an f16 base for each KV config"},
     {"codecs", cmd_codecs, "list KV codecs: bits/value, round-trip error, encode speed"},
     {"info", cmd_info, "GGUF file: version, metadata, tensor table"},
     {"attn-bench", cmd_attn_bench, "attention over a synthetic compressed cache vs measured bandwidth"},

@@ -17,9 +17,13 @@ static const struct {
     {"rotor3_sym", "rotor3", "rotor3"},
     {"rotor4_sym", "rotor4", "rotor4"},
     {"rot_k_tq4v", "rotor4", "turbo4"},
-    /* A first guess until docs/QUALITY.md measures the choice: the WHT
-     * spreads outlier channels, so turbo4 keeps K error low at 4.25 bits. */
-    {"auto", "turbo4", "turbo4"},
+    /* Measured (docs/QUALITY.md): among configs at <= 4.5 bits/value,
+     * iq4_nl has the lowest mean KLD of those whose fused kernel is as cheap
+     * as q4_0's (0.24 vs q4_0's 0.42 at CTX 2048). turbo4 reads 23% lower
+     * (36% at CTX 8192) but its rotated kernel measured at or below q4_0's
+     * decode speed; it (or turbo4 K with iq4_nl V) replaces iq4_nl here if
+     * `kvq bench` at depth 32768 shows it at least as fast as q4_0. */
+    {"auto", "iq4_nl", "iq4_nl"},
 };
 
 int kvq_kv_preset_count(void) { return (int)KVQ_ARRAY_LEN(presets); }

@@ -69,6 +69,20 @@ cases='
 2|give exactly one prompt|run -m @TINY@
 1|--tokens: '"'"'1,x'"'"' is not a comma-separated list of token ids|run -m @TINY@ --tokens 1,x
 1|token 99999 at index 1 is not in the vocabulary [0, 270)|run -m @TINY@ --tokens 1,99999
+2|give the text with -f FILE|ppl --kv q8_0
+2|-f needs a file|ppl -f
+2|--save-logits and --kl-base exclude each other|ppl -f @DIR@/empty.gguf --save-logits @DIR@/a --kl-base @DIR@/b
+2|-o takes md or json, not '"'"'xml'"'"'|ppl -f @DIR@/empty.gguf -o xml
+2|--chunks: '"'"'0'"'"' is not a whole number in [1, 1048576]|ppl -f @DIR@/empty.gguf --chunks 0
+2|-c 2 is too small|ppl -f @DIR@/empty.gguf -c 2
+2|--kv: empty name in '"'"'q8_0,,q4_0'"'"'|ppl -f @DIR@/empty.gguf --kv q8_0,,q4_0
+2|--kv: unknown KV preset '"'"'q9_0'"'"'|ppl -f @DIR@/empty.gguf --kv q9_0
+2|is not a K/V pair of codec names|ppl -f @DIR@/empty.gguf --kv q8_0/
+2|unknown option '"'"'--bogus'"'"'|ppl -f @DIR@/empty.gguf --bogus
+1|cannot open /nonexistent/base.bin|ppl -f @DIR@/empty.gguf --kv q8_0 --kl-base /nonexistent/base.bin
+1|not a kvq ppl base file|ppl -f @DIR@/empty.gguf --kv q8_0 --kl-base @DIR@/cut-header.gguf
+2|needs KV configs to compare|ppl -f @DIR@/empty.gguf --kl-base @DIR@/cut-header.gguf
+1|cannot open /nonexistent/text.txt|ppl -f /nonexistent/text.txt
 '
 
 pass=0
