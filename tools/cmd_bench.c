@@ -598,7 +598,10 @@ static int write_plot(const bench *b, const char *path) {
         for (int t = 0; t < b->threads.n; t++)
             for (int g = 0; g < b->gens.n; g++)
                 for (int cfg = 0; cfg < b->n_cfg; cfg++) {
-                    const char *col = plot_colors[series % (int)(sizeof plot_colors / sizeof plot_colors[0])];
+                    const int n_colors = (int)(sizeof plot_colors / sizeof plot_colors[0]);
+                    const char *col = plot_colors[series % n_colors];
+                    /* Past the palette, series repeat a colour with a dash pattern. */
+                    const char *dash = series / n_colors % 2 ? " stroke-dasharray=\"6 3\"" : "";
                     int npt = 0;
                     for (int di = 0; di < b->depths.n; di++)
                         for (int i = 0; i < b->n_cells; i++) {
@@ -614,7 +617,7 @@ static int write_plot(const bench *b, const char *path) {
                                     PY(s.avg_ts));
                         }
                     if (!npt) continue;
-                    fprintf(f, "\" stroke=\"%s\"/>\n", col);
+                    fprintf(f, "\" stroke=\"%s\"%s/>\n", col, dash);
                     for (int i = 0; i < b->n_cells; i++) {
                         const cell *c = &b->cells[i];
                         if (c->model != m || c->cfg != cfg || c->n_prompt || c->n_gen != b->gens.v[g] || !c->n_done ||
@@ -630,8 +633,8 @@ static int write_plot(const bench *b, const char *path) {
                     }
                     const double ly = T + 10 + 18 * series;
                     fprintf(
-                        f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"/>\n",
-                        L + pw + 12, ly, L + pw + 36, ly, col);
+                        f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
+                        L + pw + 12, ly, L + pw + 36, ly, col, dash);
                     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%s", L + pw + 42, ly + 4, b->cfgs[cfg].label);
                     if (b->gens.n > 1) fprintf(f, " tg%ld", b->gens.v[g]);
                     if (b->threads.n > 1) fprintf(f, " t%ld", b->threads.v[t]);
