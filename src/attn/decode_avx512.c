@@ -40,9 +40,12 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 reduce16(const float *r) {
     return lane_sum(lane_sum(z[0], z[1]), lane_sum(z[2], z[3]));
 }
 
-/* exp(x) for x <= 0, relative error ~2e-7; far below -87 gives 0. */
+/* exp(x) for x <= 0, relative error ~2e-7. Below -87 the result would be
+ * denormal and every later multiply by it a microcode assist (tokens far
+ * below the running max are most of a deep cache): flushed to 0 instead. */
 KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
@@ -55,7 +58,7 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
+    return _mm512_maskz_mov_ps(normal, _mm512_scalef_ps(p, n));
 }
 
 /* Online softmax over the scores s (G, np) of a tile: turns them into
