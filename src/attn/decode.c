@@ -149,8 +149,8 @@ static void decode_tile(const kvq_codec *c, const uint8_t *src, int n, float *y)
 static void attend_rows(const run_ctx *c, int kvh, int kind, int pos, int n, const kvq_attn_rows *k,
                         const kvq_attn_rows *v, const float *q, float *part) {
     const int n_head = c->G * c->kv->p.n_kv_head;
-    if (c->kern.block && c->n_q > FUSED_MAX_QUERIES && (k->fmt == KVQ_FMT_F32 || k->fmt == KVQ_FMT_F16) &&
-        (v->fmt == KVQ_FMT_F32 || v->fmt == KVQ_FMT_F16)) {
+    /* Past FUSED_MAX_QUERIES the rows are always f32 scratch or f16 (in_place is off). */
+    if (c->kern.block && c->n_q > FUSED_MAX_QUERIES) {
         kvq_attn_qrow rows[KVQ_ATTN_BLOCK_ROWS];
         int R = 0;
         for (int i = 0; i < c->n_q; i++) {
