@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "attn/attn_kernels.h"
+#include "attn/softmax_avx512.h"
 #include "common/fp16.h"
 #include "common/rng.h"
 #include "kvq.h"
@@ -182,50 +183,7 @@ static void vq_prep(const float *q, int off, vq_query *out) {
 
 /* ------------------------------------------------------- shared AVX-512 */
 
-/* exp(x) for x <= 0, as libkvq's decode_avx512.c. */
-VNNI static INL __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
-
-/* s (G, T) scores -> p = exp(s - m_new) in place; rescales l and acc (as
- * libkvq's softmax_update). */
-VNNI static INL void softmax_update(const int T, float *s, float *m, float *l, float *acc) {
-    for (int g = 0; g < G; g++) {
-        float *sg = s + g * T;
-        __m512 mx = _mm512_load_ps(sg);
-        for (int t = 16; t < T; t += 16) mx = _mm512_max_ps(mx, _mm512_load_ps(sg + t));
-        const float mt = _mm512_reduce_max_ps(mx);
-        const float m_new = mt > m[g] ? mt : m[g];
-        const float alpha = expf(m[g] - m_new);
-        __m512 sum = _mm512_setzero_ps();
-        const __m512 mv = _mm512_set1_ps(m_new);
-        for (int t = 0; t < T; t += 16) {
-            const __m512 p = exp16(_mm512_sub_ps(_mm512_load_ps(sg + t), mv));
-            _mm512_store_ps(sg + t, p);
-            sum = _mm512_add_ps(sum, p);
-        }
-        l[g] = l[g] * alpha + _mm512_reduce_add_ps(sum);
-        m[g] = m_new;
-        if (alpha != 1.0f) {
-            const __m512 av = _mm512_set1_ps(alpha);
-            for (int c = 0; c < D; c += 16)
-                _mm512_storeu_ps(acc + g * D + c, _mm512_mul_ps(_mm512_loadu_ps(acc + g * D + c), av));
-        }
-    }
-}
+/* exp16 and softmax_update: libkvq's (attn/softmax_avx512.h). */
 
 static INL int32_t ld32(const void *p) {
     int32_t x;
@@ -469,7 +427,7 @@ VNNI static INL void vq_tile(const int KC, const int VC, const int T, const int 
                              float *l, float *acc) {
     float s[G * 64] __attribute__((aligned(64))); /* (G, T <= 64) */
     vq_scores(KC, T, QP, qq, k, kn, s);
-    softmax_update(T, s, m, l, acc);
+    softmax_update(G, D, T, s, m, l, acc);
     if (PVI) vq_pv_int(VC, T, PVI, s, v, vn, acc);  /* PVI: PP */
     else row_pv_float(VC, T, s, v, vn, acc);
 }

@@ -208,10 +208,22 @@ typedef struct kvq_kv_params {
                                kv head) channel mean of the first full tile */
     uint64_t seed;          /* fixes the rotations of rotated codecs */
     int tile_tokens;        /* tokens per tile, 1..256; 0 = 32 */
+    int tile_layout;        /* KVQ_TILES_*: how q4_0 / q8_0 tiles are laid out */
 } kvq_kv_params;
 
+/* Tile layouts. Layers whose K and V codecs are both q4_0 or q8_0 (any mix)
+ * can store their tiles interleaved (tokens or dims as vector lanes), which
+ * the integer (AVX512-VNNI) attention kernel reads; the bytes are the same.
+ * Its scores and P x V round the query and the softmax weights to 8 bits
+ * (docs/ATTN_PROTO.md states the error). */
+enum {
+    KVQ_TILES_AUTO = 0,    /* interleaved where the default ISA path has VNNI (and tile_tokens % 16 == 0) */
+    KVQ_TILES_ROWS,        /* always codec rows: float kernels */
+    KVQ_TILES_INTERLEAVED  /* interleaved where the codecs and tile_tokens allow, on any ISA */
+};
+
 /* Defaults: f16/f16, no sinks, no boundary layers, centering on, seed 0,
- * 32-token tiles; the shape fields are 0 and must be set. */
+ * 32-token tiles, KVQ_TILES_AUTO; the shape fields are 0 and must be set. */
 void kvq_kv_params_default(kvq_kv_params *p);
 
 kvq_status kvq_kv_create(const kvq_kv_params *p, kvq_kv **out);
@@ -444,6 +456,8 @@ typedef struct kvq_ctx_params {
     int boundary_layers;  /* first and last L layers use q8_0 */
     int centering;        /* per-channel mean removal for quantized codecs */
     uint64_t seed;        /* rotation seed of rotated codecs */
+    int kv_tile_layout;   /* KVQ_TILES_* of the store (0: auto, the integer kernel
+                             where the CPU has AVX512-VNNI) */
     int int8_prefill;     /* 1: prompt chunks quantize activations to int8 blocks
                              (faster prefill, logits move; see docs/PERF.md);
                              0: float activations everywhere */

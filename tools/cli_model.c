@@ -26,6 +26,11 @@ const char *cli_model_opts_help(void) {
            "  --kv-boundary L       first and last L layers use q8_0 (default 0)\n"
            "  --kv-no-center        do not remove per-channel means before quantizing\n"
            "  --kv-seed N           rotation seed of rotated codecs (default 0)\n"
+           "  --kv-layout L         auto (default), rows or interleaved: how q4_0 / q8_0\n"
+           "                        tiles are stored. interleaved feeds the integer (VNNI)\n"
+           "                        attention kernel, auto picks it where the CPU has\n"
+           "                        AVX512-VNNI; it rounds the query and the softmax\n"
+           "                        weights to 8 bits. rows keeps float attention\n"
            "  --int8-prefill        int8 activations in prompt matmuls, as ggml does:\n"
            "                        faster prompts, logits move (default: float)\n";
 }
@@ -72,6 +77,17 @@ int cli_model_opts_parse(cli_model_opts *o, int argc, char **argv, int *i) {
     } else if (is(a, "--kv-seed", NULL)) {
         if (!cli_parse_int(a, val, 0, 2147483647L, &v)) return -1;
         o->ctx.seed = (uint64_t)v;
+    } else if (is(a, "--kv-layout", NULL)) {
+        if (!val) goto missing;
+        static const char *const layouts[] = {"auto", "rows", "interleaved"};
+        static const int values[] = {KVQ_TILES_AUTO, KVQ_TILES_ROWS, KVQ_TILES_INTERLEAVED};
+        int k = 0;
+        while (k < 3 && strcmp(val, layouts[k])) k++;
+        if (k == 3) {
+            fprintf(stderr, "kvq: --kv-layout: '%s' is not auto, rows or interleaved\n", val);
+            return -1;
+        }
+        o->ctx.kv_tile_layout = values[k];
     } else if (is(a, "--int8-prefill", NULL)) {
         o->ctx.int8_prefill = 1;
         return 1;

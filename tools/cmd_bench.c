@@ -55,7 +55,7 @@ static void usage(FILE *f) {
                "                        llama-bench), or each copies the f16 control's rows\n"
                "  -c, --ctx-size N      context length (default: largest depth + longest test)\n"
                "  -b, --batch-size N    prompt tokens per forward chunk (default 256)\n"
-               "  --kv-sinks N, --kv-boundary L, --kv-no-center, --kv-seed N\n"
+               "  --kv-sinks N, --kv-boundary L, --kv-no-center, --kv-seed N, --kv-layout L\n"
                "                        as in `kvq run --help`, applied to every KV config\n"
                "\n"
                "Output fields (csv/json/jsonl) use llama-bench's names: model_filename,\n"

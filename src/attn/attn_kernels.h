@@ -60,10 +60,40 @@ typedef struct kvq_attn_qrow {
 typedef void (*kvq_attn_block_fn)(int R, const kvq_attn_qrow *rows, int d, int n, const kvq_attn_rows *k,
                                   const kvq_attn_rows *v);
 
+/* A query head prepared for the integer kernel: per 32-dim block, int8
+ * values with scale max|q| / 127 and their residual ((q / scale - q8) x 254,
+ * int8), each with -off x (sum of the block's int8 values) for K codes
+ * stored as value + off. */
+typedef struct kvq_attn_qi8 {
+    _Alignas(64) int8_t q[2][KVQ_MAX_HEAD_DIM];
+    float scale[KVQ_MAX_HEAD_DIM / 32];
+    int32_t off[2][KVQ_MAX_HEAD_DIM / 32];
+} kvq_attn_qi8;
+
+void kvq_attn_qi8_prepare(const float *q, int d, int code_off, kvq_attn_qi8 *out);
+
+/* One interleaved K tile and V tile (tile_layout.c) of T tokens (a multiple
+ * of 16) of q4_0, q8_0 or iq4_nl, with the next tiles of their streams to prefetch (or NULL). */
+enum { KVQ_ITILE_Q4_0, KVQ_ITILE_Q8_0, KVQ_ITILE_IQ4_NL };
+typedef struct kvq_attn_itiles {
+    const uint8_t *k, *v, *k_next, *v_next;
+    int T;
+    int k_kind, v_kind; /* KVQ_ITILE_* */
+} kvq_attn_itiles;
+
+/* Online-softmax attention of G <= KVQ_ATTN_MAX_G query heads over the first
+ * n tokens of interleaved tiles, with vpdpbusd: scores from the int8 query
+ * (and its residual where K is q8_0), P x V from the softmax weights times
+ * each token's V scale rounded to 8 bits per (head, block, tile). Same
+ * running state as kvq_attn_tile_fn. */
+typedef void (*kvq_attn_vnni_fn)(int G, int d, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *t, float *m,
+                                 float *l, float *acc);
+
 typedef struct kvq_attn_kernels {
     kvq_attn_tile_fn tile[2]; /* by row kind */
     kvq_attn_fused_fn fused;  /* NULL where the path has none: tiles are decoded to floats first */
     kvq_attn_block_fn block;  /* NULL where the path has none: queries run one by one */
+    kvq_attn_vnni_fn vnni;    /* NULL without AVX512-VNNI: interleaved tiles are unpacked to rows */
 } kvq_attn_kernels;
 
 /* The fused format of a codec's attention-domain rows, or -1 (+qjl). */
@@ -74,6 +104,9 @@ void kvq_attn_fused_avx512(int G, int d, int n, const float *q, const kvq_attn_r
 
 void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, int d, int n, const kvq_attn_rows *k,
                            const kvq_attn_rows *v);
+
+void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *t, float *m, float *l,
+                          float *acc);
 
 /* The kernels of a path (the next lower one where a path lacks a kernel). */
 void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out);

@@ -78,6 +78,7 @@ void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
         out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_avx512;
         out->fused = kvq_attn_fused_avx512;
         out->block = kvq_attn_block_avx512;
+        if (kvq_cpu_has_vnni()) out->vnni = kvq_attn_vnni_avx512;
     }
 #endif
 }
@@ -123,18 +124,29 @@ typedef struct run_ctx {
     int direct[2];     /* K / V tiles are f16 rows, read in place */
     int fmt[2];        /* K / V fused row formats; -1 when the fused kernel cannot read them */
     int in_place;      /* the fused kernel reads the tiles' rows in place (see FUSED_MAX_QUERIES) */
+    int vnni;          /* the integer kernel reads the interleaved tiles in place (same rule) */
+    int k_kind, v_kind; /* KVQ_ITILE_* of the K / V tiles, when vnni */
     float lut[2][16];  /* K / V row tables (kvq_attn_rows.lut) */
     const float *qd;   /* (n_q, n_head, head_dim) scaled, in the K domain */
     const float *qr;   /* (n_q, n_head, head_dim) scaled, original space */
+    const kvq_attn_qi8 *qi; /* (n_q, n_head) qd prepared for the integer kernel, when vnni */
     float *part;       /* (n_tasks, n_q, G, head_dim + 2): m (G), l (G), acc (G, head_dim) */
     float *scratch;    /* (n_workers, 2, tile_tokens, head_dim) */
+    uint8_t *rows;     /* (n_workers, tile_tokens, row bytes) interleaved tiles unpacked to codec rows */
 } run_ctx;
 
 static size_t part_floats(const run_ctx *c) { return (size_t)c->G * ((size_t)c->d + 2); }
 
-/* Decodes a tile of a codec into floats in the attention domain; +qjl codecs
- * decode fully (their domain is the identity). */
-static void decode_tile(const kvq_codec *c, const uint8_t *src, int n, float *y) {
+/* Decodes a tile of K (side 0) or V (side 1) into floats in the attention
+ * domain; +qjl codecs decode fully (their domain is the identity).
+ * Interleaved tiles go through codec rows in the worker's rows buffer. */
+static void decode_tile(const run_ctx *rc, int side, const uint8_t *src, uint8_t *rows, float *y) {
+    const kvq_codec *c = rc->L->codec[side];
+    const int n = rc->T;
+    if (rc->L->interleaved) {
+        kvq_kv_tile_rows(rc->L, side, n, src, 0, n, rows);
+        src = rows;
+    }
     if (c->qjl) {
         for (int r = 0; r < n; r++) kvq_codec_decode_row(c, src + (size_t)r * c->row_bytes, y + (size_t)r * c->head_dim);
     } else {
@@ -183,6 +195,22 @@ static void attend_rows(const run_ctx *c, int kvh, int kind, int pos, int n, con
     }
 }
 
+/* The integer kernel over one pair of interleaved tiles at positions pos..,
+ * for every query whose causal window reaches them. */
+static void attend_itiles(const run_ctx *c, int kvh, int pos, const kvq_attn_itiles *it, float *part) {
+    const int n_head = c->G * c->kv->p.n_kv_head;
+    for (int i = 0; i < c->n_q; i++) {
+        const int n_valid = c->pos0 + i - pos + 1 < it->T ? c->pos0 + i - pos + 1 : it->T;
+        if (n_valid <= 0) continue;
+        float *p = part + (size_t)i * part_floats(c);
+        for (int g0 = 0; g0 < c->G; g0 += KVQ_ATTN_MAX_G) {
+            const int gn = c->G - g0 < KVQ_ATTN_MAX_G ? c->G - g0 : KVQ_ATTN_MAX_G;
+            const kvq_attn_qi8 *qg = c->qi + (size_t)i * n_head + (size_t)kvh * c->G + g0;
+            c->kern.vnni(gn, c->d, n_valid, qg, it, p + g0, p + c->G + g0, p + 2 * c->G + (size_t)g0 * c->d);
+        }
+    }
+}
+
 /* f16 rows (sinks, staging) of a stream. */
 static kvq_attn_rows f16_rows(const uint16_t *rows, int d) {
     return (kvq_attn_rows){(const uint8_t *)rows, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16, NULL};
@@ -216,10 +244,18 @@ static void run_task(int task, int worker, void *arg) {
     }
     float *kbuf = c->scratch + (size_t)worker * 2 * T * d; /* (tile_tokens, head_dim) */
     float *vbuf = kbuf + (size_t)T * d;                    /* (tile_tokens, head_dim) */
+    uint8_t *rows = c->rows + (size_t)worker * T * kv->max_row_bytes;
     const int t_end = (j + 1) * c->chunk < L->n_tiles ? (j + 1) * c->chunk : L->n_tiles;
     for (int t = j * c->chunk; t < t_end; t++) {
         const int pos = n_sunk + t * T;
         if (pos > c->pos0 + c->n_q - 1) break;
+        if (c->vnni) {
+            const int more = t + 1 < t_end;
+            const kvq_attn_itiles it = {sk->tiles[t], sv->tiles[t], more ? sk->tiles[t + 1] : NULL,
+                                        more ? sv->tiles[t + 1] : NULL, T, c->k_kind, c->v_kind};
+            attend_itiles(c, kvh, pos, &it, part);
+            continue;
+        }
         if (c->in_place) {
             /* The kernel prefetches the next tile row by row as it computes
              * this one: a burst of prefetches for a whole tile fills the line
@@ -235,21 +271,21 @@ static void run_task(int task, int worker, void *arg) {
         }
         const void *k = sk->tiles[t], *v = sv->tiles[t];
         if (!c->direct[0]) {
-            decode_tile(L->codec[0], k, T, kbuf);
+            decode_tile(c, 0, k, rows, kbuf);
             k = kbuf;
         }
         if (!c->direct[1]) {
-            decode_tile(L->codec[1], v, T, vbuf);
+            decode_tile(c, 1, v, rows, vbuf);
             v = vbuf;
         }
         /* Mixed cases (one side f16, the other decoded) convert the f16 side too. */
         int kind = c->direct[0] && c->direct[1] ? KVQ_ROWS_F16 : KVQ_ROWS_F32;
         if (kind == KVQ_ROWS_F32 && c->direct[0]) {
-            decode_tile(L->codec[0], k, T, kbuf);
+            decode_tile(c, 0, k, rows, kbuf);
             k = kbuf;
         }
         if (kind == KVQ_ROWS_F32 && c->direct[1]) {
-            decode_tile(L->codec[1], v, T, vbuf);
+            decode_tile(c, 1, v, rows, vbuf);
             v = vbuf;
         }
         const int fmt = kind == KVQ_ROWS_F16 ? KVQ_FMT_F16 : KVQ_FMT_F32;
@@ -257,6 +293,12 @@ static void run_task(int task, int worker, void *arg) {
         const kvq_attn_rows kr = {k, stride, NULL, fmt, NULL}, vr = {v, stride, NULL, fmt, NULL};
         attend_rows(c, kvh, kind, pos, T, &kr, &vr, c->qd, part);
     }
+}
+
+/* The integer kernel's name for an interleavable codec. */
+static int itile_kind(const kvq_codec *c) {
+    return c->desc->param == KVQ_GGML_Q8_0 ? KVQ_ITILE_Q8_0 : c->desc->param == KVQ_GGML_IQ4_NL ? KVQ_ITILE_IQ4_NL
+                                                                                             : KVQ_ITILE_Q4_0;
 }
 
 static int is_f16_rows(const kvq_codec *c) {
@@ -340,17 +382,24 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
         c.fmt[i] = kvq_attn_rows_fmt(L->codec[i]);
         if (c.fmt[i] >= 0) rows_lut(L->codec[i], c.fmt[i], c.lut[i]);
     }
-    c.in_place = c.kern.fused && c.fmt[0] >= 0 && c.fmt[1] >= 0 && n_q <= FUSED_MAX_QUERIES;
+    c.in_place = c.kern.fused && c.fmt[0] >= 0 && c.fmt[1] >= 0 && n_q <= FUSED_MAX_QUERIES && !L->interleaved;
+    c.vnni = c.kern.vnni && L->interleaved && n_q <= FUSED_MAX_QUERIES;
+    c.k_kind = itile_kind(L->codec[0]);
+    c.v_kind = itile_kind(L->codec[1]);
     const int n_workers = kvq_threadpool_size(pool);
     const size_t n_tasks = (size_t)H * c.tasks_per_head;
     const size_t qn = (size_t)n_q * n_head * d;
     float *qd = kvq_alloc_aligned(sizeof(float) * 2 * qn);
     float *part = kvq_alloc_aligned(sizeof(float) * n_tasks * n_q * part_floats(&c));
     float *scratch = kvq_alloc_aligned(sizeof(float) * (size_t)n_workers * 2 * c.T * d);
-    if (!qd || !part || !scratch) {
+    uint8_t *rows = L->interleaved ? kvq_alloc_aligned((size_t)n_workers * c.T * kv->max_row_bytes) : NULL;
+    kvq_attn_qi8 *qi = c.vnni ? kvq_alloc_aligned(sizeof *qi * (size_t)n_q * n_head) : NULL;
+    if (!qd || !part || !scratch || (L->interleaved && !rows) || (c.vnni && !qi)) {
         kvq_free_aligned(qd);
         kvq_free_aligned(part);
         kvq_free_aligned(scratch);
+        kvq_free_aligned(rows);
+        kvq_free_aligned(qi);
         return kvq_fail(KVQ_ERR_NOMEM, "attention: out of memory");
     }
     const float scale = 1.0f / sqrtf((float)d);
@@ -360,8 +409,12 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
         if (L->codec[0]->qjl) memcpy(qd + r * d, qr + r * d, sizeof(float) * d);
         else kvq_codec_to_domain(L->codec[0], qr + r * d, qd + r * d);
     }
+    for (size_t r = 0; qi && r < (size_t)n_q * n_head; r++)
+        kvq_attn_qi8_prepare(qd + r * d, d, c.k_kind == KVQ_ITILE_Q4_0 ? 8 : 128, &qi[r]);
     c.qd = qd;
     c.qr = qr;
+    c.qi = qi;
+    c.rows = rows;
     c.part = part;
     c.scratch = scratch;
     kvq_threadpool_run(pool, (int)n_tasks, run_task, &c);
@@ -369,6 +422,8 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     kvq_free_aligned(qd);
     kvq_free_aligned(part);
     kvq_free_aligned(scratch);
+    kvq_free_aligned(rows);
+    kvq_free_aligned(qi);
     return KVQ_OK;
 }
 

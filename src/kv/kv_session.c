@@ -92,7 +92,9 @@ kvq_status kvq_kv_session_write(FILE *f, const kvq_session_fp *fp, const kvq_kv 
                                                 kvq_kv_n_staged(kv, L));
     }
 
-    /* The header's checksum is patched in once the payload is written. */
+    /* The header's checksum is patched in once the payload is written. The
+     * store's flush scratch holds each tile's rows on the way out. */
+    uint8_t *rows = kv->rows;
     writer w = {.f = f};
     put(&w, MAGIC, 8);
     put_le(&w, KVQ_SESSION_VERSION, 4);
@@ -138,7 +140,12 @@ kvq_status kvq_kv_session_write(FILE *f, const kvq_session_fp *fp, const kvq_kv 
             const size_t row = L->codec[s & 1]->row_bytes;
             if (L->centered[s & 1] && L->has_mean) put(&w, st->mean, d * sizeof(float));
             put(&w, st->sink, (size_t)sunk * d * 2);
-            for (int t = 0; t < L->n_tiles; t++) put(&w, st->tiles[t], T * row);
+            /* Files hold codec rows whatever the tile layout, so they load
+             * on hosts that lay tiles out differently. */
+            for (int t = 0; t < L->n_tiles && !w.failed; t++) {
+                kvq_kv_tile_rows(L, s & 1, (int)T, st->tiles[t], 0, (int)T, rows);
+                put(&w, rows, T * row);
+            }
             put(&w, st->stage, (size_t)staged * d * 2);
         }
     }
@@ -340,18 +347,28 @@ static kvq_status read_layer(reader *r, kvq_kv *kv, int l, int n_tokens) {
         const size_t sink_bytes = (size_t)sunk * d * 2, stage_bytes = (size_t)staged * d * 2;
         if (sink_bytes) memcpy(st->sink, r->p + r->pos, sink_bytes);
         r->pos += sink_bytes;
+        const int q8 = c->desc->family == &kvq_family_ggml && c->desc->param == KVQ_GGML_Q8_0 && !c->qjl;
         for (int t = 0; t < n_tiles; t++) {
-            memcpy(st->tiles[t], r->p + r->pos, (size_t)T * c->row_bytes);
+            const uint8_t *rows = r->p + r->pos;
             r->pos += (size_t)T * c->row_bytes;
             /* Decoding accepts any bytes; a row that decodes to NaN or Inf
-             * could not have come from the store's encoder. */
+             * could not have come from the store's encoder, nor a q8_0 block
+             * scale with its sign bit set (max |x| / 127; the integer
+             * kernel's P x V relies on it). */
             for (int row = 0; quantized && row < T; row++) {
-                kvq_codec_decode_row(c, st->tiles[t] + (size_t)row * c->row_bytes, y);
+                const uint8_t *src = rows + (size_t)row * c->row_bytes;
+                kvq_codec_decode_row(c, src, y);
                 for (int i = 0; i < d; i++)
                     KVQ_RETURN_IF(!isfinite(y[i]), KVQ_ERR_FORMAT,
                                   "session: layer %d head %d %s tile %d row %d decodes to NaN or Inf", l, s / 2, what,
                                   t, row);
+                for (int b = 0; q8 && b < d / 32; b++)
+                    KVQ_RETURN_IF(src[34 * b + 1] & 0x80, KVQ_ERR_FORMAT,
+                                  "session: layer %d head %d %s tile %d row %d has a negative q8_0 scale", l, s / 2,
+                                  what, t, row);
             }
+            if (L->interleaved) kvq_kv_tile_pack(c, s & 1, T, rows, st->tiles[t]);
+            else memcpy(st->tiles[t], rows, (size_t)T * c->row_bytes);
         }
         if (stage_bytes) memcpy(st->stage, r->p + r->pos, stage_bytes);
         r->pos += stage_bytes;

@@ -80,6 +80,11 @@ static kvq_status kv_codec(kvq_kv *kv, const char *name, kvq_codec **out) {
 static kvq_status kv_init(kvq_kv *kv) {
     const kvq_kv_params *p = &kv->p;
     const int T = p->tile_tokens, d = p->head_dim, H = p->n_kv_head;
+    /* AUTO: only where the attention kernel that reads the layout runs;
+     * other paths would have to unpack every tile to rows. */
+    const int want_interleaved = p->tile_layout == KVQ_TILES_INTERLEAVED ||
+                                 (p->tile_layout == KVQ_TILES_AUTO && kvq_isa_default() >= KVQ_ISA_AVX512 &&
+                                  kvq_cpu_has_vnni());
     for (int l = 0; l < p->n_layer; l++) {
         kvq_kv_layer *L = &kv->layers[l];
         const int boundary = l < p->boundary_layers || l >= p->n_layer - p->boundary_layers;
@@ -91,7 +96,10 @@ static kvq_status kv_init(kvq_kv *kv) {
             const kvq_codec *c = L->codec[kvi];
             L->tile_bytes[kvi] = ((size_t)T * c->row_bytes + 63) & ~(size_t)63;
             L->centered[kvi] = p->centering && c->desc->family->quantized;
+            if (c->row_bytes > kv->max_row_bytes) kv->max_row_bytes = c->row_bytes;
         }
+        L->interleaved = want_interleaved && T % 16 == 0 && kvq_kv_interleavable(L->codec[0]) &&
+                         kvq_kv_interleavable(L->codec[1]);
         for (int s = 0; s < 2 * H; s++) {
             kvq_kv_stream *st = &L->streams[s];
             st->stage = kvq_alloc_aligned(sizeof(uint16_t) * (size_t)T * d);
@@ -101,6 +109,8 @@ static kvq_status kv_init(kvq_kv *kv) {
                           "kv store: out of memory");
         }
     }
+    kv->rows = kvq_alloc_aligned((size_t)T * kv->max_row_bytes);
+    KVQ_RETURN_IF(!kv->rows, KVQ_ERR_NOMEM, "kv store: out of memory");
     return KVQ_OK;
 }
 
@@ -117,6 +127,8 @@ kvq_status kvq_kv_create(const kvq_kv_params *p, kvq_kv **out) {
                   p->tile_tokens, KVQ_KV_MAX_TILE);
     KVQ_RETURN_IF(p->n_sinks < 0 || p->n_sinks > 1 << 20, KVQ_ERR_INVALID_ARG, "kv store: n_sinks %d out of range",
                   p->n_sinks);
+    KVQ_RETURN_IF(p->tile_layout < KVQ_TILES_AUTO || p->tile_layout > KVQ_TILES_INTERLEAVED, KVQ_ERR_INVALID_ARG,
+                  "kv store: tile_layout %d is not a KVQ_TILES_* value", p->tile_layout);
     KVQ_RETURN_IF(p->boundary_layers < 0, KVQ_ERR_INVALID_ARG, "kv store: boundary_layers %d < 0",
                   p->boundary_layers);
     const char *ctk = p->ctk ? p->ctk : "f16", *ctv = p->ctv ? p->ctv : "f16";
@@ -161,6 +173,7 @@ void kvq_kv_free(kvq_kv *kv) {
         free(L->streams);
     }
     free(kv->layers);
+    kvq_free_aligned(kv->rows);
     for (int i = 0; i < 4; i++) kvq_codec_free(kv->codecs[i]);
     free(kv);
 }
@@ -186,12 +199,14 @@ static kvq_status flush(kvq_kv *kv, kvq_kv_layer *L) {
             }
         }
         float x[KVQ_MAX_HEAD_DIM];
+        uint8_t *rows = L->interleaved ? kv->rows : st->tiles[L->n_tiles];
         for (int r = 0; r < T; r++) {
             for (int i = 0; i < d; i++)
                 x[i] = kvq_f16_to_f32(st->stage[(size_t)r * d + i]) - (centered ? st->mean[i] : 0.0f);
-            const kvq_status e = kvq_codec_encode_row(c, x, st->tiles[L->n_tiles] + (size_t)r * c->row_bytes);
+            const kvq_status e = kvq_codec_encode_row(c, x, rows + (size_t)r * c->row_bytes);
             if (status == KVQ_OK) status = e;
         }
+        if (L->interleaved) kvq_kv_tile_pack(c, s & 1, T, rows, st->tiles[L->n_tiles]);
     }
     L->has_mean = 1;
     L->n_tiles++;
@@ -239,22 +254,24 @@ int kvq_kv_n_tokens(const kvq_kv *kv, int layer) {
     return kv && layer >= 0 && layer < kv->p.n_layer ? kv->layers[layer].n_tokens : 0;
 }
 
-/* Decodes the first n rows of tile t back into staging (original space). */
 /* Row r of tile t of stream s as attention sees it: decoded, mean added back. */
-static void tile_row(const kvq_kv_layer *L, int s, int t, int r, float *y) {
+static void tile_row(const kvq_kv_layer *L, int T, int s, int t, int r, float *y) {
     const kvq_codec *c = L->codec[s & 1];
     const kvq_kv_stream *st = &L->streams[s];
-    kvq_codec_decode_row(c, st->tiles[t] + (size_t)r * c->row_bytes, y);
+    uint8_t row[KVQ_KV_MAX_ROW_BYTES];
+    kvq_kv_tile_rows(L, s & 1, T, st->tiles[t], r, 1, row);
+    kvq_codec_decode_row(c, row, y);
     if (L->centered[s & 1])
         for (int i = 0; i < c->head_dim; i++) y[i] += st->mean[i];
 }
 
+/* Decodes the first n rows of tile t back into staging (original space). */
 static void unstage(kvq_kv *kv, kvq_kv_layer *L, int t, int n) {
     const int d = kv->p.head_dim;
     for (int s = 0; s < 2 * kv->p.n_kv_head; s++) {
         float y[KVQ_MAX_HEAD_DIM];
         for (int r = 0; r < n; r++) {
-            tile_row(L, s, t, r, y);
+            tile_row(L, kv->p.tile_tokens, s, t, r, y);
             for (int i = 0; i < d; i++) L->streams[s].stage[(size_t)r * d + i] = kvq_f32_to_f16(y[i]);
         }
     }
@@ -278,7 +295,7 @@ kvq_status kvq_kv_read(const kvq_kv *kv, int layer, int pos, float *k, float *v)
         if (f16)
             for (int i = 0; i < d; i++) y[i] = kvq_f16_to_f32(f16[i]);
         else
-            tile_row(L, s, t, rel % T, y);
+            tile_row(L, T, s, t, rel % T, y);
     }
     return KVQ_OK;
 }

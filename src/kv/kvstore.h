@@ -5,6 +5,8 @@
 #include "codec/codec_impl.h"
 
 #define KVQ_KV_MAX_TILE 256
+/* Bytes of the widest codec row (f32 at the widest head). */
+#define KVQ_KV_MAX_ROW_BYTES (4 * KVQ_MAX_HEAD_DIM + 64)
 
 /* K or V of one (layer, kv head). Its tiles are carved in order from its
  * own segments, so consecutive tiles are consecutive in memory and decode
@@ -26,6 +28,7 @@ typedef struct kvq_kv_layer {
     size_t tile_bytes[2]; /* K, V: tile_tokens * row_bytes, rounded up to 64 */
     int centered[2];      /* tiles of K / V hold x - mean once has_mean */
     int has_mean;
+    int interleaved;      /* K and V tiles are in the interleaved layouts (tile_layout.c), not rows */
     int n_tokens;
     int n_tiles, cap_tiles;
     kvq_kv_stream *streams; /* (n_kv_head, 2): [h * 2 + 0] K, [h * 2 + 1] V */
@@ -36,6 +39,8 @@ struct kvq_kv {
     char ctk[32], ctv[32], boundary[32];
     kvq_codec *codecs[4];   /* distinct codecs in use */
     kvq_kv_layer *layers;   /* (n_layer) */
+    size_t max_row_bytes;   /* of the codecs in use */
+    uint8_t *rows;          /* (tile_tokens, max_row_bytes) flush's codec rows before packing */
 };
 
 /* Tokens of a layer in the sinks, the compressed tiles and the staging
@@ -46,6 +51,16 @@ static inline int kvq_kv_n_sunk(const kvq_kv *kv, const kvq_kv_layer *L) {
 static inline int kvq_kv_n_staged(const kvq_kv *kv, const kvq_kv_layer *L) {
     return L->n_tokens - kvq_kv_n_sunk(kv, L) - L->n_tiles * kv->p.tile_tokens;
 }
+
+/* 1 if tiles of this codec can take the interleaved layout (q4_0, q8_0). */
+int kvq_kv_interleavable(const kvq_codec *c);
+/* T ggml rows (T a multiple of 16) -> one interleaved tile of side 0 (K) or
+ * 1 (V), and row r of such a tile back to its ggml bytes (bit-exact). */
+void kvq_kv_tile_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile);
+void kvq_kv_tile_unpack_row(const kvq_codec *c, int side, int T, const uint8_t *tile, int r, uint8_t *row);
+/* Rows r0 .. r0 + n - 1 of a tile of layer L as codec rows, whatever the
+ * layer's layout. */
+void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *tile, int r0, int n, uint8_t *rows);
 
 /* Makes room for tiles 0..n_tiles-1 in every stream of a layer without
  * changing what it holds (session load fills them in place). */

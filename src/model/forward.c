@@ -282,6 +282,7 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_ctx_params *p, kvq_ctx *
     kp.boundary_layers = cp.boundary_layers;
     kp.centering = cp.centering;
     kp.seed = cp.seed;
+    kp.tile_layout = cp.kv_tile_layout;
     kvq_status s = kvq_kv_create(&kp, &c->kv);
     if (s == KVQ_OK) s = kvq_threadpool_create(cp.n_threads, &c->pool);
     if (s == KVQ_OK) {

@@ -7,7 +7,9 @@
 
 #include "attn/attn_ref.h"
 #include "attn_test_util.h"
+#include "common/rng.h"
 #include "common/threadpool.h"
+#include "kv/kv_session.h"
 #include "test.h"
 
 static kvq_kv_params small_params(const char *codec) {
@@ -298,4 +300,139 @@ TEST(attn_ref_matches_direct_two_pass_formula) {
     free(q);
     free(k);
     free(v);
+}
+
+/* The interleaved layouts: every row comes back bit-exact from a packed
+ * tile (q4_0, q8_0, iq4_nl; K and V sides; head_dim 32..512; several T), and a few
+ * values sit where docs/ATTN_PROTO.md says (formulas written out here, apart
+ * from tile_layout.c's). */
+TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
+    static const char *const names[] = {"q4_0", "q8_0", "iq4_nl"};
+    static const int dims[] = {32, 64, 128, 256, 512}, tiles[] = {16, 32, 48, 256};
+    uint64_t s = 11;
+    for (int ci = 0; ci < 3; ci++)
+        for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
+            kvq_codec *c = NULL;
+            CHECK_OK(kvq_codec_create(names[ci], dims[di], 0, &c));
+            const size_t rb = c->row_bytes;
+            const int q8 = ci == 1, nb = dims[di] / 32;
+            for (size_t ti = 0; ti < KVQ_ARRAY_LEN(tiles); ti++) {
+                const int T = tiles[ti];
+                uint8_t *rows = malloc((size_t)T * rb), *tile = malloc((size_t)T * rb), *back = malloc(rb);
+                for (size_t i = 0; i < (size_t)T * rb; i++) rows[i] = (uint8_t)kvq_splitmix64(&s);
+                for (int side = 0; side < 2; side++) {
+                    kvq_kv_tile_pack(c, side, T, rows, tile);
+                    for (int r = 0; r < T; r++) {
+                        kvq_kv_tile_unpack_row(c, side, T, tile, r, back);
+                        CHECKF(!memcmp(back, rows + (size_t)r * rb, rb), "%s d=%d T=%d side %d: row %d differs",
+                               names[ci], dims[di], T, side, r);
+                    }
+                    /* Spot checks: the last row's last value and block scale. */
+                    const int r = T - 1, i = dims[di] - 1, b = nb - 1, e = 31;
+                    const uint8_t *row = rows + (size_t)r * rb;
+                    const int code = q8 ? row[34 * b + 2 + e] : row[18 * b + 2 + 15] >> 4;
+                    size_t at, sat;
+                    int got;
+                    if (side == 0) {
+                        const size_t grp = (size_t)(r / 16) * 16 * rb;
+                        const int t = r % 16;
+                        at = q8 ? grp + 64 * (size_t)(8 * b + 7) + 4 * t + 3 : grp + 64 * (size_t)(4 * b + 3) + 4 * t + 3;
+                        got = q8 ? tile[at] ^ 0x80 : tile[at] >> 4;
+                        sat = grp + 16 * (size_t)nb * (q8 ? 32 : 16) + 32 * (size_t)b + 2 * t;
+                    } else {
+                        const int j = r / 4, l = 15;
+                        at = q8 ? 64 * ((size_t)j * 2 * nb + (size_t)i / 16) + 4 * l + r % 4
+                                : 64 * ((size_t)j * nb + b) + 4 * l + r % 4;
+                        got = q8 ? tile[at] : tile[at] >> 4;
+                        sat = (size_t)T * nb * (q8 ? 32 : 16) + 2 * ((size_t)b * T + r);
+                    }
+                    CHECKF(got == code, "%s d=%d T=%d side %d: last code %d at byte %zu, want %d", names[ci],
+                           dims[di], T, side, got, at, code);
+                    CHECKF(!memcmp(tile + sat, row + (q8 ? 34 : 18) * b, 2), "%s d=%d T=%d side %d: scale misplaced",
+                           names[ci], dims[di], T, side);
+                }
+                free(rows);
+                free(tile);
+                free(back);
+            }
+            kvq_codec_free(c);
+            if (kvq_test_failed()) return;
+        }
+}
+
+/* 1 if every position of a layer reads the same from two stores. */
+static int same_reads(const kvq_kv *a, const kvq_kv *b, int layer) {
+    const size_t n = (size_t)a->p.n_kv_head * a->p.head_dim;
+    float *ka = malloc(sizeof(float) * 4 * n), *va = ka + n, *kb = va + n, *vb = kb + n;
+    int same = kvq_kv_n_tokens(a, layer) == kvq_kv_n_tokens(b, layer);
+    for (int t = 0; same && t < kvq_kv_n_tokens(a, layer); t++)
+        same = kvq_kv_read(a, layer, t, ka, va) == KVQ_OK && kvq_kv_read(b, layer, t, kb, vb) == KVQ_OK &&
+               !memcmp(ka, kb, sizeof(float) * 2 * n);
+    free(ka);
+    return same;
+}
+
+/* A store with interleaved tiles holds what a row store holds: the same
+ * positions through kvq_kv_read, and the same session bytes. */
+TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
+    static const char *const pairs[][2] = {{"q4_0", "q4_0"}, {"q8_0", "q8_0"}, {"q8_0", "q4_0"}, {"q4_0", "q8_0"},
+                                           {"iq4_nl", "q8_0"}, {"q4_0", "turbo3"}};
+    const int n = 150;
+    for (size_t k = 0; k < KVQ_ARRAY_LEN(pairs); k++) {
+        kvq_kv_params p = small_params(pairs[k][0]);
+        p.ctv = pairs[k][1];
+        float *kx, *vx;
+        kvq_test_kv_data(&p, n, 31, &kx, &vx);
+        kvq_kv *a = NULL, *b = NULL;
+        p.tile_layout = KVQ_TILES_ROWS;
+        CHECK_OK(kvq_kv_create(&p, &a));
+        p.tile_layout = KVQ_TILES_INTERLEAVED;
+        CHECK_OK(kvq_kv_create(&p, &b));
+        CHECK(!a->layers[0].interleaved);
+        /* Only where both codecs can: q4_0 with turbo3 stays rows. */
+        CHECK(b->layers[0].interleaved == (k < 5));
+        CHECK_OK(kvq_test_fill(a, n, kx, vx));
+        CHECK_OK(kvq_test_fill(b, n, kx, vx));
+        for (int l = 0; l < p.n_layer; l++)
+            CHECKF(same_reads(a, b, l), "%s/%s layer %d: the layouts read differently", pairs[k][0], pairs[k][1], l);
+        /* Session files hold rows: the same bytes from either layout, and a
+         * rows file loads into an interleaved store. */
+        kvq_session_fp fp = {.arch = "test", .n_layer = (uint32_t)p.n_layer, .n_vocab = 10};
+        int32_t *toks = calloc(n, sizeof *toks);
+        FILE *fa = tmpfile(), *fb = tmpfile();
+        CHECK(fa && fb);
+        CHECK_OK(kvq_kv_session_write(fa, &fp, a, toks, n));
+        CHECK_OK(kvq_kv_session_write(fb, &fp, b, toks, n));
+        CHECK(fseek(fa, 0, SEEK_END) == 0 && fseek(fb, 0, SEEK_END) == 0);
+        const long size = ftell(fa);
+        CHECK(size > 0 && size == ftell(fb));
+        uint8_t *da = malloc((size_t)size), *db = malloc((size_t)size);
+        rewind(fa);
+        rewind(fb);
+        CHECK(fread(da, 1, (size_t)size, fa) == (size_t)size && fread(db, 1, (size_t)size, fb) == (size_t)size);
+        CHECKF(!memcmp(da, db, (size_t)size), "%s/%s: session bytes depend on the tile layout", pairs[k][0],
+               pairs[k][1]);
+        kvq_kv *loaded = NULL;
+        int32_t *ltoks = NULL;
+        int n_loaded = 0;
+        CHECK_OK(kvq_kv_session_parse(da, (size_t)size, &fp, &b->p, n, &loaded, &ltoks, &n_loaded));
+        if (loaded)
+            CHECKF(same_reads(b, loaded, 0), "%s/%s: the loaded store reads differently", pairs[k][0], pairs[k][1]);
+        kvq_kv_free(loaded);
+        free(ltoks);
+        free(da);
+        free(db);
+        free(toks);
+        fclose(fa);
+        fclose(fb);
+        /* Truncating inside a tile unpacks it the same way. */
+        CHECK_OK(kvq_kv_truncate(a, 77));
+        CHECK_OK(kvq_kv_truncate(b, 77));
+        CHECKF(same_reads(a, b, 1), "%s/%s: the layouts read differently after a truncate", pairs[k][0], pairs[k][1]);
+        free(kx);
+        free(vx);
+        kvq_kv_free(a);
+        kvq_kv_free(b);
+        if (kvq_test_failed()) return;
+    }
 }
