@@ -49,6 +49,19 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i iq4nl_lut(void) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
 }
 
+/* The u8 codes of a vector of nibbles: low and high nibbles (q4_0), through
+ * the codebook for iq4_nl. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void nibble_codes(const int KIND, __m512i z, __m512i lut, __m512i *c0,
+                                                                 __m512i *c1) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    *c0 = _mm512_and_si512(z, lo4);
+    *c1 = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
+    if (KIND == KVQ_ITILE_IQ4_NL) {
+        *c0 = _mm512_shuffle_epi8(lut, *c0);
+        *c1 = _mm512_shuffle_epi8(lut, *c1);
+    }
+}
+
 /* Bytes of a K group of 16 tokens, and of a tile's codes before its scales. */
 static inline size_t k_group_bytes(int q8, int nb) { return (size_t)16 * nb * (q8 ? 34 : 18); }
 static inline size_t k_group_codes(int q8, int nb) { return (size_t)16 * nb * (q8 ? 32 : 16); }
@@ -67,7 +80,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
                                                            const kvq_attn_qi8 *q, const uint8_t *kt,
                                                            const uint8_t *pf, float *s) {
     const int KQ8 = KIND == KVQ_ITILE_Q8_0, QP = KQ8 ? 2 : 1;
-    const __m512i lo4 = _mm512_set1_epi8(0x0F), lut = KIND == KVQ_ITILE_IQ4_NL ? iq4nl_lut() : lo4;
+    const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? iq4nl_lut() : _mm512_setzero_si512();
     const size_t gb = k_group_bytes(KQ8, nb), gc = k_group_codes(KQ8, nb);
 #pragma GCC unroll 2
     for (int h = 0; h < T / 16; h++) {
@@ -89,11 +102,8 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
                     const size_t o = (size_t)(4 * b + m) * 64;
                     if (pg) _mm_prefetch((const char *)pg + o, _MM_HINT_T0);
                     const __m512i z = _mm512_loadu_si512(grp + o);
-                    __m512i c0 = _mm512_and_si512(z, lo4), c1 = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
-                    if (KIND == KVQ_ITILE_IQ4_NL) {
-                        c0 = _mm512_shuffle_epi8(lut, c0);
-                        c1 = _mm512_shuffle_epi8(lut, c1);
-                    }
+                    __m512i c0, c1;
+                    nibble_codes(KIND, z, lut, &c0, &c1);
 #pragma GCC unroll 8
                     for (int g = 0; g < G; g++) {
                         const int8_t *qb = q[g].q[0] + 32 * b + 8 * m;
@@ -173,7 +183,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
         }
     /* Blocks per pass over the tile: 2 BB accumulators per head stay in registers. */
     const int BB = G == 1 ? 8 : G == 2 ? 4 : G <= 4 ? 2 : 1;
-    const __m512i lo4 = _mm512_set1_epi8(0x0F), lut = KIND == KVQ_ITILE_IQ4_NL ? iq4nl_lut() : lo4;
+    const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? iq4nl_lut() : _mm512_setzero_si512();
     for (int b0 = 0; b0 < nb; b0 += BB) {
         __m512i a[KVQ_ATTN_MAX_G][16];
 #pragma GCC unroll 8
@@ -190,11 +200,8 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
                     const size_t o = ((size_t)j * nb + b) * 64;
                     if (pf) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
                     const __m512i z = _mm512_loadu_si512(vt + o);
-                    __m512i c0 = _mm512_and_si512(z, lo4), c1 = _mm512_and_si512(_mm512_srli_epi16(z, 4), lo4);
-                    if (KIND == KVQ_ITILE_IQ4_NL) {
-                        c0 = _mm512_shuffle_epi8(lut, c0);
-                        c1 = _mm512_shuffle_epi8(lut, c1);
-                    }
+                    __m512i c0, c1;
+                    nibble_codes(KIND, z, lut, &c0, &c1);
 #pragma GCC unroll 8
                     for (int g = 0; g < G; g++) {
                         const __m512i pb = _mm512_set1_epi32(ld32(&pq[((size_t)g * nb + b) * T + 4 * j]));
