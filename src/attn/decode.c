@@ -132,22 +132,18 @@ typedef struct run_ctx {
     const kvq_attn_qi8 *qi; /* (n_q, n_head) qd prepared for the integer kernel, when vnni */
     float *part;       /* (n_tasks, n_q, G, head_dim + 2): m (G), l (G), acc (G, head_dim) */
     float *scratch;    /* (n_workers, 2, tile_tokens, head_dim) */
-    uint8_t *rows;     /* (n_workers, tile_tokens, row bytes) interleaved tiles unpacked to codec rows */
 } run_ctx;
 
 static size_t part_floats(const run_ctx *c) { return (size_t)c->G * ((size_t)c->d + 2); }
 
 /* Decodes a tile of K (side 0) or V (side 1) into floats in the attention
- * domain; +qjl codecs decode fully (their domain is the identity).
- * Interleaved tiles go through codec rows in the worker's rows buffer. */
-static void decode_tile(const run_ctx *rc, int side, const uint8_t *src, uint8_t *rows, float *y) {
+ * domain; +qjl codecs decode fully (their domain is the identity). */
+static void decode_tile(const run_ctx *rc, int side, const uint8_t *src, float *y) {
     const kvq_codec *c = rc->L->codec[side];
     const int n = rc->T;
     if (rc->L->interleaved) {
-        kvq_kv_tile_rows(rc->L, side, n, src, 0, n, rows);
-        src = rows;
-    }
-    if (c->qjl) {
+        kvq_kv_tile_decode(c, side, n, src, y); /* ggml codecs: the domain is the identity */
+    } else if (c->qjl) {
         for (int r = 0; r < n; r++) kvq_codec_decode_row(c, src + (size_t)r * c->row_bytes, y + (size_t)r * c->head_dim);
     } else {
         c->decode_tile_domain(c, src, n, y);
@@ -244,7 +240,6 @@ static void run_task(int task, int worker, void *arg) {
     }
     float *kbuf = c->scratch + (size_t)worker * 2 * T * d; /* (tile_tokens, head_dim) */
     float *vbuf = kbuf + (size_t)T * d;                    /* (tile_tokens, head_dim) */
-    uint8_t *rows = c->rows + (size_t)worker * T * kv->max_row_bytes;
     const int t_end = (j + 1) * c->chunk < L->n_tiles ? (j + 1) * c->chunk : L->n_tiles;
     for (int t = j * c->chunk; t < t_end; t++) {
         const int pos = n_sunk + t * T;
@@ -271,21 +266,21 @@ static void run_task(int task, int worker, void *arg) {
         }
         const void *k = sk->tiles[t], *v = sv->tiles[t];
         if (!c->direct[0]) {
-            decode_tile(c, 0, k, rows, kbuf);
+            decode_tile(c, 0, k, kbuf);
             k = kbuf;
         }
         if (!c->direct[1]) {
-            decode_tile(c, 1, v, rows, vbuf);
+            decode_tile(c, 1, v, vbuf);
             v = vbuf;
         }
         /* Mixed cases (one side f16, the other decoded) convert the f16 side too. */
         int kind = c->direct[0] && c->direct[1] ? KVQ_ROWS_F16 : KVQ_ROWS_F32;
         if (kind == KVQ_ROWS_F32 && c->direct[0]) {
-            decode_tile(c, 0, k, rows, kbuf);
+            decode_tile(c, 0, k, kbuf);
             k = kbuf;
         }
         if (kind == KVQ_ROWS_F32 && c->direct[1]) {
-            decode_tile(c, 1, v, rows, vbuf);
+            decode_tile(c, 1, v, vbuf);
             v = vbuf;
         }
         const int fmt = kind == KVQ_ROWS_F16 ? KVQ_FMT_F16 : KVQ_FMT_F32;
@@ -392,13 +387,11 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     float *qd = kvq_alloc_aligned(sizeof(float) * 2 * qn);
     float *part = kvq_alloc_aligned(sizeof(float) * n_tasks * n_q * part_floats(&c));
     float *scratch = kvq_alloc_aligned(sizeof(float) * (size_t)n_workers * 2 * c.T * d);
-    uint8_t *rows = L->interleaved ? kvq_alloc_aligned((size_t)n_workers * c.T * kv->max_row_bytes) : NULL;
     kvq_attn_qi8 *qi = c.vnni ? kvq_alloc_aligned(sizeof *qi * (size_t)n_q * n_head) : NULL;
-    if (!qd || !part || !scratch || (L->interleaved && !rows) || (c.vnni && !qi)) {
+    if (!qd || !part || !scratch || (c.vnni && !qi)) {
         kvq_free_aligned(qd);
         kvq_free_aligned(part);
         kvq_free_aligned(scratch);
-        kvq_free_aligned(rows);
         kvq_free_aligned(qi);
         return kvq_fail(KVQ_ERR_NOMEM, "attention: out of memory");
     }
@@ -414,7 +407,6 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     c.qd = qd;
     c.qr = qr;
     c.qi = qi;
-    c.rows = rows;
     c.part = part;
     c.scratch = scratch;
     kvq_threadpool_run(pool, (int)n_tasks, run_task, &c);
@@ -422,7 +414,6 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     kvq_free_aligned(qd);
     kvq_free_aligned(part);
     kvq_free_aligned(scratch);
-    kvq_free_aligned(rows);
     kvq_free_aligned(qi);
     return KVQ_OK;
 }

@@ -58,6 +58,9 @@ int kvq_kv_interleavable(const kvq_codec *c);
  * 1 (V), and row r of such a tile back to its ggml bytes (bit-exact). */
 void kvq_kv_tile_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile);
 void kvq_kv_tile_unpack_row(const kvq_codec *c, int side, int T, const uint8_t *tile, int r, uint8_t *row);
+/* A whole interleaved tile decoded to floats y (T, head_dim), bit-exact with
+ * the codec's row decode of the unpacked rows (attention's scratch path). */
+void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y);
 /* Rows r0 .. r0 + n - 1 of a tile of layer L as codec rows, whatever the
  * layer's layout. */
 void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *tile, int r0, int n, uint8_t *rows);

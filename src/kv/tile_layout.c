@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "codec/ggml_blocks.h"
+#include "common/fp16.h"
 #include "kv/kvstore.h"
 
 int kvq_kv_interleavable(const kvq_codec *c) {
@@ -99,4 +100,56 @@ void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *til
         return;
     }
     for (int r = 0; r < n; r++) kvq_kv_tile_unpack_row(c, side, T, tile, r0 + r, rows + (size_t)r * c->row_bytes);
+}
+
+/* Value of code u (as the layout stores it) times d, as the codec's row
+ * decode computes it (bit-exact: the same one product). */
+static inline float value(int kind, int side, uint8_t u, float d) {
+    if (kind == KVQ_GGML_Q8_0) return (int8_t)(side == 0 ? u ^ 0x80 : u) * d;
+    if (kind == KVQ_GGML_IQ4_NL) return d * kvq_iq4nl_values[u];
+    return (u - 8) * d;
+}
+
+void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y) {
+    const int kind = c->desc->param, q8 = kind == KVQ_GGML_Q8_0, nb = c->head_dim / 32, d = c->head_dim;
+    if (side == 0) {
+        const size_t gb = (size_t)16 * nb * (q8 ? 34 : 18), gc = (size_t)16 * nb * (q8 ? 32 : 16);
+        for (int r = 0; r < T; r++) {
+            const uint8_t *grp = tile + (size_t)(r / 16) * gb;
+            const int t = r % 16;
+            float *yr = y + (size_t)r * d;
+            for (int b = 0; b < nb; b++) {
+                const float s = kvq_f16_to_f32(kvq_load_u16(grp + gc + 32 * b + 2 * t));
+                for (int m = 0; m < (q8 ? 8 : 4); m++)
+                    for (int j = 0; j < 4; j++) {
+                        const uint8_t u = grp[64 * (size_t)((q8 ? 8 : 4) * b + m) + 4 * t + j];
+                        if (q8) {
+                            yr[32 * b + 4 * m + j] = value(kind, 0, u, s);
+                        } else {
+                            yr[32 * b + 8 * m + j] = value(kind, 0, u & 15, s);
+                            yr[32 * b + 8 * m + 4 + j] = value(kind, 0, u >> 4, s);
+                        }
+                    }
+            }
+        }
+        return;
+    }
+    const uint8_t *scales = tile + (size_t)T * nb * (q8 ? 32 : 16);
+    for (int r = 0; r < T; r++) {
+        const int j = r / 4, i = r % 4;
+        float *yr = y + (size_t)r * d;
+        for (int b = 0; b < nb; b++) {
+            const float s = kvq_f16_to_f32(kvq_load_u16(scales + 2 * ((size_t)b * T + r)));
+            for (int l = 0; l < 16; l++) {
+                if (q8) {
+                    yr[32 * b + l] = value(kind, 1, tile[64 * ((size_t)j * 2 * nb + 2 * b) + 4 * l + i], s);
+                    yr[32 * b + 16 + l] = value(kind, 1, tile[64 * ((size_t)j * 2 * nb + 2 * b + 1) + 4 * l + i], s);
+                } else {
+                    const uint8_t u = tile[64 * ((size_t)j * nb + b) + 4 * l + i];
+                    yr[32 * b + l] = value(kind, 1, u & 15, s);
+                    yr[32 * b + 16 + l] = value(kind, 1, u >> 4, s);
+                }
+            }
+        }
+    }
 }

@@ -302,10 +302,11 @@ TEST(attn_ref_matches_direct_two_pass_formula) {
     free(v);
 }
 
-/* The interleaved layouts: every row comes back bit-exact from a packed
- * tile (q4_0, q8_0, iq4_nl; K and V sides; head_dim 32..512; several T), and a few
- * values sit where docs/ATTN_PROTO.md says (formulas written out here, apart
- * from tile_layout.c's). */
+/* The interleaved layouts (q4_0, q8_0, iq4_nl; K and V sides; head_dim
+ * 32..512; several T): every row comes back bit-exact from a packed tile,
+ * the tile decodes to the same floats as its rows, and a few values sit
+ * where docs/ATTN_PROTO.md says (formulas written out here, apart from
+ * tile_layout.c's). */
 TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
     static const char *const names[] = {"q4_0", "q8_0", "iq4_nl"};
     static const int dims[] = {32, 64, 128, 256, 512}, tiles[] = {16, 32, 48, 256};
@@ -319,13 +320,22 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
             for (size_t ti = 0; ti < KVQ_ARRAY_LEN(tiles); ti++) {
                 const int T = tiles[ti];
                 uint8_t *rows = malloc((size_t)T * rb), *tile = malloc((size_t)T * rb), *back = malloc(rb);
+                float *y = malloc(sizeof(float) * (size_t)T * dims[di]), *yr = malloc(sizeof(float) * dims[di]);
                 for (size_t i = 0; i < (size_t)T * rb; i++) rows[i] = (uint8_t)kvq_splitmix64(&s);
+                /* Finite scales: NaN payloads need not survive every path. */
+                for (int r = 0; r < T; r++)
+                    for (int b = 0; b < nb; b++) rows[(size_t)r * rb + (q8 ? 34 : 18) * b + 1] &= 0x3B;
                 for (int side = 0; side < 2; side++) {
                     kvq_kv_tile_pack(c, side, T, rows, tile);
+                    kvq_kv_tile_decode(c, side, T, tile, y);
                     for (int r = 0; r < T; r++) {
                         kvq_kv_tile_unpack_row(c, side, T, tile, r, back);
                         CHECKF(!memcmp(back, rows + (size_t)r * rb, rb), "%s d=%d T=%d side %d: row %d differs",
                                names[ci], dims[di], T, side, r);
+                        kvq_codec_decode_row(c, rows + (size_t)r * rb, yr);
+                        CHECKF(!memcmp(yr, y + (size_t)r * dims[di], sizeof(float) * dims[di]),
+                               "%s d=%d T=%d side %d: tile decode of row %d differs from the row's", names[ci],
+                               dims[di], T, side, r);
                     }
                     /* Spot checks: the last row's last value and block scale. */
                     const int r = T - 1, i = dims[di] - 1, b = nb - 1, e = 31;
@@ -354,6 +364,8 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                 free(rows);
                 free(tile);
                 free(back);
+                free(y);
+                free(yr);
             }
             kvq_codec_free(c);
             if (kvq_test_failed()) return;
