@@ -15,8 +15,10 @@
  *   q8_0: dims 16c.. at 64 (j 2NB + c): byte 4l + i = code(4j + i, 16c + l)
  *         (plain s8: the kernel's p is the unsigned operand);
  *   then the fp16 scales, T per block, token order.
- * One function maps (row, value) to its place; packing and unpacking both go
- * through it, so they are inverse by construction. */
+ * Packing (every flush) runs direct loops; unpacking one row (truncate,
+ * kvq_kv_read, sessions) asks code_place where each value lives; decoding a
+ * whole tile to floats (attention's scratch paths) runs direct loops again.
+ * The tests check all three against each other and the documented offsets. */
 #include <string.h>
 
 #include "codec/ggml_blocks.h"
@@ -56,24 +58,47 @@ static inline size_t scale_place(int q8, int side, int T, int nb, int r, int b) 
     return (size_t)T * nb * (q8 ? 32 : 16) + 2 * ((size_t)b * T + r);
 }
 
-/* The code of value i of a ggml row as the layout stores it (u8). */
-static inline uint8_t row_code(int q8, int side, const uint8_t *row, int i) {
-    const int b = i / 32, e = i % 32;
-    if (q8) return (uint8_t)(row[34 * b + 2 + e] ^ (side == 0 ? 0x80 : 0));
-    const uint8_t x = row[18 * b + 2 + e % 16];
-    return e < 16 ? x & 15 : x >> 4;
-}
+/* The nibble code of value e (0..31) of a q4_0 / iq4_nl block's 16 code bytes. */
+static inline uint8_t nibble(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
 
+/* Writes every byte of the tile (codes and scales cover it exactly). Direct
+ * loops rather than code_place: it runs on every flush. */
 void kvq_kv_tile_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile) {
-    const int q8 = c->desc->param == KVQ_GGML_Q8_0, nb = c->head_dim / 32;
-    memset(tile, 0, (size_t)T * c->row_bytes);
+    const int q8 = c->desc->param == KVQ_GGML_Q8_0, nb = c->head_dim / 32, bb = q8 ? 34 : 18;
+    if (side == 0) {
+        const size_t gb = (size_t)16 * nb * bb, gc = (size_t)16 * nb * (q8 ? 32 : 16);
+        for (int r = 0; r < T; r++) {
+            const uint8_t *row = rows + (size_t)r * c->row_bytes;
+            uint8_t *grp = tile + (size_t)(r / 16) * gb;
+            const int t = r % 16;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = row + bb * b, *qs = blk + 2;
+                memcpy(grp + gc + 32 * b + 2 * t, blk, 2);
+                for (int m = 0; m < (q8 ? 8 : 4); m++)
+                    for (int j = 0; j < 4; j++)
+                        grp[64 * (size_t)((q8 ? 8 : 4) * b + m) + 4 * t + j] =
+                            q8 ? (uint8_t)(qs[4 * m + j] ^ 0x80)
+                               : (uint8_t)(nibble(qs, 8 * m + j) | nibble(qs, 8 * m + 4 + j) << 4);
+            }
+        }
+        return;
+    }
+    uint8_t *scales = tile + (size_t)T * nb * (q8 ? 32 : 16);
     for (int r = 0; r < T; r++) {
         const uint8_t *row = rows + (size_t)r * c->row_bytes;
-        for (int i = 0; i < c->head_dim; i++) {
-            const place p = code_place(q8, side, T, nb, r, i);
-            tile[p.byte] |= (uint8_t)(row_code(q8, side, row, i) << p.shift);
+        const int j = r / 4, i = r % 4;
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *blk = row + bb * b, *qs = blk + 2;
+            memcpy(scales + 2 * ((size_t)b * T + r), blk, 2);
+            for (int l = 0; l < 16; l++) {
+                if (q8) {
+                    tile[64 * ((size_t)j * 2 * nb + 2 * b) + 4 * l + i] = qs[l];
+                    tile[64 * ((size_t)j * 2 * nb + 2 * b + 1) + 4 * l + i] = qs[16 + l];
+                } else {
+                    tile[64 * ((size_t)j * nb + b) + 4 * l + i] = qs[l]; /* lo: value l, hi: value 16 + l */
+                }
+            }
         }
-        for (int b = 0; b < nb; b++) memcpy(tile + scale_place(q8, side, T, nb, r, b), row + (q8 ? 34 : 18) * b, 2);
     }
 }
 
