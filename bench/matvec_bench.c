@@ -71,7 +71,14 @@ typedef struct {
     int64_t rows, n;
 } shape;
 
-static void bench_shape(const kvq_wtype_traits *t, kvq_isa isa, shape s, double bw) {
+/* One matvec on the float route, or (x16) on int16-prepared x. */
+static void run_matvec(const kvq_wtype_traits *t, kvq_isa isa, const kvq_wx16 *xs, const uint8_t *w, size_t rb,
+                       const float *x, shape s, int64_t r0, int64_t r1, float *y) {
+    if (xs) t->matvec_x16[isa](t, w, rb, xs, s.n, r0, r1, y);
+    else t->matvec[isa](t, w, rb, x, s.n, r0, r1, y);
+}
+
+static void bench_shape(const kvq_wtype_traits *t, kvq_isa isa, shape s, double bw, int x16) {
     const size_t rb = kvq_wtype_row_bytes(t, s.n), mb = rb * (size_t)s.rows;
     const size_t copies = ((size_t)256 << 20) / mb + 1;
     uint8_t *w = kvq_alloc_aligned(mb * copies); // (copies, rows, row_bytes)
@@ -79,26 +86,28 @@ static void bench_shape(const kvq_wtype_traits *t, kvq_isa isa, shape s, double 
     float *y = kvq_alloc_aligned(sizeof(float) * (size_t)s.rows); // (rows)
     fill(w, mb * copies, 1);
     for (int64_t k = 0; k < s.n; k++) x[k] = (float)k / (float)s.n - 0.5f;
+    void *xs_buf = kvq_alloc_aligned(kvq_wtype_prep_x16_bytes(s.n));
+    const kvq_wx16 xs_v = kvq_wtype_prep_x16(isa, x, s.n, xs_buf), *xs = x16 ? &xs_v : NULL;
     double hot = 0, hot_cpu = 0, stream = 0;
     for (int rep = 0; rep < 3; rep++) {
         const int iters = (int)(((size_t)64 << 20) / mb) + 4;
         double t0 = now();
         const double c0 = cpu_now();
-        for (int i = 0; i < iters; i++) t->matvec[isa](t, w, rb, x, s.n, 0, s.rows, y);
+        for (int i = 0; i < iters; i++) run_matvec(t, isa, xs, w, rb, x, s, 0, s.rows, y);
         double g = (double)mb * iters / (now() - t0) / 1e9;
         const double gc = (double)mb * iters / (cpu_now() - c0) / 1e9;
         if (g > hot) hot = g;
         if (gc > hot_cpu) hot_cpu = gc;
         t0 = now();
-        for (size_t c = 0; c < copies; c++) t->matvec[isa](t, w + c * mb, rb, x, s.n, 0, s.rows, y);
+        for (size_t c = 0; c < copies; c++) run_matvec(t, isa, xs, w + c * mb, rb, x, s, 0, s.rows, y);
         g = (double)mb * (double)copies / (now() - t0) / 1e9;
         if (g > stream) stream = g;
     }
-    printf("%-6s %-6s %6lldx%-5lld %7.2f MB  hot %6.2f GB/s (per CPU time %6.2f)  stream %6.2f GB/s "
+    printf("%-6s %-6s %-5s %6lldx%-5lld %7.2f MB  hot %6.2f GB/s (per CPU time %6.2f)  stream %6.2f GB/s "
            "(%3.0f%% of read bw)\n",
-           t->name, kvq_isa_name(isa), (long long)s.rows, (long long)s.n, (double)mb / 1e6, hot, hot_cpu, stream,
-           100 * stream / bw);
-    kvq_free_aligned(w), kvq_free_aligned(x), kvq_free_aligned(y);
+           t->name, kvq_isa_name(isa), x16 ? "x16" : "float", (long long)s.rows, (long long)s.n, (double)mb / 1e6,
+           hot, hot_cpu, stream, 100 * stream / bw);
+    kvq_free_aligned(w), kvq_free_aligned(x), kvq_free_aligned(y), kvq_free_aligned(xs_buf);
 }
 
 /* The decode-step model: every matrix of SmolLM2-135M, one after another,
@@ -113,6 +122,7 @@ typedef struct {
     kvq_isa isa;
     uint8_t *w;
     const float *x;
+    const kvq_wx16 *xs; /* int16-prepared x, or NULL: float route */
     float *y;
     int n_threads, steps;
     /* Own cache line: spinning on it must not evict the fields above. */
@@ -138,7 +148,7 @@ static void matvec_part(model_run *m, const kvq_wtype_traits *t, int id, const u
     const size_t rb = kvq_wtype_row_bytes(t, s.n);
     const int64_t per = (s.rows + m->n_threads - 1) / m->n_threads;
     const int64_t r0 = per * id, r1 = r0 + per < s.rows ? r0 + per : s.rows;
-    if (r0 < r1) t->matvec[m->isa](t, w, rb, m->x, s.n, r0, r1, m->y + r0);
+    if (r0 < r1) run_matvec(t, m->isa, m->xs, w, rb, m->x, s, r0, r1, m->y + r0);
 }
 
 static void *model_worker(void *p) {
@@ -160,7 +170,8 @@ static void *model_worker(void *p) {
     return NULL;
 }
 
-static void bench_model(const kvq_wtype_traits *t, const kvq_wtype_traits *out_t, kvq_isa isa, int n_threads) {
+static void bench_model(const kvq_wtype_traits *t, const kvq_wtype_traits *out_t, kvq_isa isa, int n_threads,
+                        int x16) {
     size_t bytes = kvq_wtype_row_bytes(out_t, out_shape.n) * (size_t)out_shape.rows;
     for (int j = 0; j < N_MAT; j++)
         bytes += N_LAYERS * kvq_wtype_row_bytes(t, layer_shapes[j].n) * (size_t)layer_shapes[j].rows;
@@ -171,6 +182,10 @@ static void bench_model(const kvq_wtype_traits *t, const kvq_wtype_traits *out_t
     fill(m.w, bytes, 2);
     for (int k = 0; k < 1536; k++) x[k] = (float)k / 1536.0f - 0.5f;
     m.x = x;
+    /* x prepared once: in the forward pass it is once per input (~1 us). */
+    void *xs_buf = kvq_alloc_aligned(kvq_wtype_prep_x16_bytes(1536));
+    const kvq_wx16 xs = kvq_wtype_prep_x16(isa, x, 1536, xs_buf);
+    m.xs = x16 ? &xs : NULL;
     pthread_t th[2];
     worker_arg args[2];
     const double t0 = now(), c0 = cpu_now();
@@ -180,11 +195,11 @@ static void bench_model(const kvq_wtype_traits *t, const kvq_wtype_traits *out_t
     }
     for (int i = 0; i < n_threads; i++) pthread_join(th[i], NULL);
     const double dt = (now() - t0) / m.steps, dc = (cpu_now() - c0) / m.steps / n_threads;
-    printf("%-6s %-6s SmolLM2-135M decode matvecs (output %s), %d thread%s: %.1f MB/token, %.2f ms/token, "
+    printf("%-6s %-6s SmolLM2-135M decode matvecs (%s x, output %s), %d thread%s: %.1f MB/token, %.2f ms/token, "
            "%.0f tokens/s, %.2f GB/s (per CPU time: %.0f tokens/s)\n",
-           t->name, kvq_isa_name(isa), out_t->name, n_threads, n_threads > 1 ? "s" : "", (double)bytes / 1e6,
+           t->name, kvq_isa_name(isa), x16 ? "int16" : "float", out_t->name, n_threads, n_threads > 1 ? "s" : "", (double)bytes / 1e6,
            dt * 1e3, 1 / dt, (double)bytes / dt / 1e9, 1 / dc);
-    kvq_free_aligned(m.w), kvq_free_aligned(x), kvq_free_aligned(m.y);
+    kvq_free_aligned(m.w), kvq_free_aligned(x), kvq_free_aligned(m.y), kvq_free_aligned(xs_buf);
 }
 
 /* Prompt processing: every layer matrix as a matmul over PP_TOK tokens. */
@@ -280,14 +295,18 @@ int main(int argc, char **argv) {
     for (int isa = kvq_isa_default(); isa >= 0; isa--) {
         for (size_t i = 0; i < KVQ_ARRAY_LEN(shapes); i++) {
             if (kvq_wtype_check_n(t, shapes[i].n) != KVQ_OK) continue;
-            bench_shape(t, (kvq_isa)isa, shapes[i], bw);
+            bench_shape(t, (kvq_isa)isa, shapes[i], bw, 0);
+            if (t->matvec_x16[0] && kvq_wtype_x16_fast((kvq_isa)isa)) bench_shape(t, (kvq_isa)isa, shapes[i], bw, 1);
         }
     }
     if (kvq_wtype_check_n(t, 576) == KVQ_OK) {
         const kvq_wtype_traits *q8 = kvq_wtype_find(KVQ_WTYPE_Q8_0);
-        for (int th = 1; th <= 2; th++) bench_model(t, t, kvq_isa_default(), th);
-        if (t != q8)
-            for (int th = 1; th <= 2; th++) bench_model(t, q8, kvq_isa_default(), th);
+        const int x16 = t->matvec_x16[0] && kvq_wtype_x16_fast(kvq_isa_default());
+        for (int r = 0; r <= x16; r++) {
+            for (int th = 1; th <= 2; th++) bench_model(t, t, kvq_isa_default(), th, r);
+            if (t != q8)
+                for (int th = 1; th <= 2; th++) bench_model(t, q8, kvq_isa_default(), th, r);
+        }
         for (int th = 1; th <= 2; th++) bench_prefill(t, kvq_isa_default(), th, 1);
         if (t->matmul_q[0])
             for (int th = 1; th <= 2; th++) bench_prefill(t, kvq_isa_default(), th, 0);

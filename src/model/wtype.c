@@ -28,6 +28,14 @@
 #define KVQ_WQKERNELS_IF_1(kind) {NULL}
 #define KVQ_WQKERNELS_IF_32(kind) KVQ_WQKERNELS(w##kind)
 #define KVQ_WQKERNELS_IF_256(kind) {NULL}
+#if KVQ_HAVE_X86
+#define KVQ_WX16_SLOTS_IF_32 {kvq_wmatvec_x16_ref, kvq_wmatvec_x16_ref, kvq_wmatvec_x16_avx512}
+#else
+#define KVQ_WX16_SLOTS_IF_32 {kvq_wmatvec_x16_ref, kvq_wmatvec_x16_ref, kvq_wmatvec_x16_ref}
+#endif
+#define KVQ_WX16_SLOTS_IF_1 {NULL}
+#define KVQ_WX16_SLOTS_IF_256 {NULL}
+#define KVQ_WX16_SLOTS(bs) .matvec_x16 = KVQ_WX16_SLOTS_IF_##bs
 
 static const kvq_wtype_traits table[] = {
 #define KVQ_WTYPE(ID, ggml_id, nm, bs, bytes)                                          \
@@ -40,7 +48,8 @@ static const kvq_wtype_traits table[] = {
      .matvec = KVQ_WKERNELS(wmatvec),                                                  \
      .matmul = KVQ_WKERNELS(wmatmul),                                                  \
      KVQ_WQ_SLOTS(bs, matvec),                                                         \
-     KVQ_WQ_SLOTS(bs, matmul)},
+     KVQ_WQ_SLOTS(bs, matmul),                                                         \
+     KVQ_WX16_SLOTS(bs)},
 #include "model/wtypes.def"
 #undef KVQ_WTYPE
 };
@@ -142,8 +151,10 @@ kvq_wxq kvq_wtype_prep_x_range(kvq_isa isa, const float *x, int64_t n_tok, int64
     return (kvq_wxq){q, d, s};
 }
 
-void kvq_wmatvec_q_ref(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wxq *xq,
-                       int64_t n, int64_t r0, int64_t r1, float *y) {
+/* Reference rows against integer x: per block b, x^ = scale[b] * q
+ * (q2 NULL) or scale[b] * (256 q + q2), dot products in double. */
+static void ref_rows_int_x(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const int8_t *q,
+                           const int8_t *q2, const float *scale, int64_t n, int64_t r0, int64_t r1, float *y) {
     float wb[32]; // (32) one dequantized block
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w + (size_t)r * row_bytes;
@@ -151,11 +162,19 @@ void kvq_wmatvec_q_ref(const kvq_wtype_traits *t, const void *w, size_t row_byte
         for (int64_t b = 0; b < n / 32; b++) {
             t->dequant(row + (size_t)b * t->block_bytes, wb, 1);
             double ab = 0;
-            for (int j = 0; j < 32; j++) ab += (double)wb[j] * xq->q[32 * b + j];
-            acc += ab * xq->d[b];
+            for (int j = 0; j < 32; j++) {
+                const int64_t k = 32 * b + j;
+                ab += (double)wb[j] * (q2 ? 256.0 * q[k] + q2[k] : (double)q[k]);
+            }
+            acc += ab * scale[b];
         }
         y[r - r0] = (float)acc;
     }
+}
+
+void kvq_wmatvec_q_ref(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wxq *xq,
+                       int64_t n, int64_t r0, int64_t r1, float *y) {
+    ref_rows_int_x(t, w, row_bytes, xq->q, NULL, xq->d, n, r0, r1, y);
 }
 
 /* Token i of prepared activations of row length n. */
@@ -183,4 +202,66 @@ void kvq_wmatmul_q_by_rows(const kvq_wtype_traits *t, kvq_wmatvec_q_fn mv, const
             mv(t, w, row_bytes, &xi, n, rb, re, y + i * ldy + rb);
         }
     }
+}
+
+/* ------------------------------------------------------- int16 route */
+
+int kvq_wtype_x16_fast(kvq_isa isa) { return isa == KVQ_ISA_AVX512 && kvq_cpu_has_vnni(); }
+
+/* The scratch split of kvq_wtype_prep_x16_bytes. */
+static kvq_wx16 x16_view(int64_t n, void *scratch) {
+    const int64_t pad = (n + 511) / 512 * 512;
+    int8_t *g = scratch;
+    float *e = (float *)(g + 4 * pad);
+    return (kvq_wx16){g, g + 2 * pad, g + 3 * pad, e, e + pad / 32};
+}
+
+void kvq_wquantize_x16_ref(const float *x, int64_t n, const kvq_wx16 *out) {
+    int8_t *g = (int8_t *)out->g, *h = (int8_t *)out->h, *l = (int8_t *)out->l;
+    float *e = (float *)out->e, *s = (float *)out->s;
+    const int64_t nb = n / 32, nb_pad = (n + 511) / 512 * 16;
+    for (int64_t b = 0; b < nb_pad; b++) {
+        int8_t *hb = h + 32 * b, *lb = l + 32 * b;
+        if (b >= nb) {
+            memset(hb, 0, 32), memset(lb, 0, 32);
+            e[b] = s[b] = 0.0f;
+        } else {
+            const float *xb = x + 32 * b;
+            float amax = 0;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+            const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+            const float eb = db / 256.0f, ie = id * 256.0f;
+            int sum = 0;
+            for (int j = 0; j < 32; j++) {
+                const float hv = nearbyintf(xb[j] * id);
+                float lv = nearbyintf((xb[j] - db * hv) * ie);
+                lv = lv > 127.0f ? 127.0f : lv < -127.0f ? -127.0f : lv;
+                hb[j] = (int8_t)hv, lb[j] = (int8_t)lv;
+                sum += 256 * (int)hv + (int)lv;
+            }
+            e[b] = eb;
+            s[b] = eb * (float)sum;
+        }
+        /* Group order: block b is slot b % 4 of group b / 4. */
+        int8_t *gg = g + 256 * (b / 4) + 16 * (b % 4);
+        memcpy(gg, hb, 16), memcpy(gg + 64, hb + 16, 16);
+        memcpy(gg + 128, lb, 16), memcpy(gg + 192, lb + 16, 16);
+    }
+}
+
+kvq_wx16 kvq_wtype_prep_x16(kvq_isa isa, const float *x, int64_t n, void *scratch) {
+    const kvq_wx16 v = x16_view(n, scratch);
+#if KVQ_HAVE_X86
+    if (isa == KVQ_ISA_AVX512) kvq_wquantize_x16_avx512(x, n, &v);
+    else kvq_wquantize_x16_ref(x, n, &v);
+#else
+    (void)isa;
+    kvq_wquantize_x16_ref(x, n, &v);
+#endif
+    return v;
+}
+
+void kvq_wmatvec_x16_ref(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wx16 *xs,
+                         int64_t n, int64_t r0, int64_t r1, float *y) {
+    ref_rows_int_x(t, w, row_bytes, xs->h, xs->l, xs->e, n, r0, r1, y);
 }

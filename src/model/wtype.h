@@ -83,6 +83,29 @@ typedef struct kvq_wxq {
     const float *s;  /* (n_tok, n / 32) d * (sum of the block's q) */
 } kvq_wxq;
 
+/* One token of activations prepared for the int16 matvec
+ * (kvq_wtype_prep_x16): per block of 32 values, 16-bit integer codes
+ * split into two int8 planes,
+ *     x[k] ~ e * (256 h[k] + l[k]),  h = round(x / d), d = max |x| / 127,
+ *     e = d / 256, l = round((x - d h) / e) clamped to [-127, 127],
+ * so |x - x^| <= e / 2 (e where l clamps, at |x - d h| = d / 2):
+ * 256 times finer than kvq_wxq, the error of a 16-bit fixed-point x per
+ * block. The kernel takes u . h and u . l with vpdpbusd and combines
+ * them in int32. Blocks are padded with zeros to a multiple of 16. */
+typedef struct kvq_wx16 {
+    const int8_t *g;  /* (n_pad / 128, 4, 64) per group of 4 blocks: h of values
+                         0-15 of each block (16 bytes per block), h of values
+                         16-31, then l likewise: the nibble order of q4/q5 */
+    const int8_t *h;  /* (n_pad) h in natural order (q8_0) */
+    const int8_t *l;  /* (n_pad) l in natural order */
+    const float *e;   /* (n_pad / 32) e of each block, 0 in the padding */
+    const float *s;   /* (n_pad / 32) sum of the block's x^ = e * sum(256 h + l) */
+} kvq_wx16;
+
+/* Matvec on int16-prepared x (one token): y as kvq_wmatvec_fn with x^. */
+typedef void (*kvq_wmatvec_x16_fn)(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
+                                   const kvq_wx16 *xs, int64_t n, int64_t r0, int64_t r1, float *y);
+
 /* Matvec / matmul on prepared x: as above, x replaced by xq (n_tok rows). */
 typedef void (*kvq_wmatvec_q_fn)(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                                  const kvq_wxq *xq, int64_t n, int64_t r0, int64_t r1, float *y);
@@ -102,6 +125,9 @@ struct kvq_wtype_traits {
     /* Integer route: both NULL for float-x types, else never NULL. */
     kvq_wmatvec_q_fn matvec_q[KVQ_ISA_COUNT];
     kvq_wmatmul_q_fn matmul_q[KVQ_ISA_COUNT];
+    /* Int16 route (kvq_wx16), the same types; NULL for the others. Only
+     * the AVX-512 slot on a VNNI CPU is fast (kvq_wtype_x16_fast). */
+    kvq_wmatvec_x16_fn matvec_x16[KVQ_ISA_COUNT];
 };
 
 /* The traits of a ggml type id; NULL if the type is not supported. */
@@ -137,6 +163,21 @@ kvq_wxq kvq_wtype_prep_x(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, 
 kvq_wxq kvq_wtype_prep_x_range(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, int64_t t0,
                                int64_t t1, void *scratch);
 
+/* 1 if the int16 matvec at this ISA is a SIMD kernel (AVX-512 with VNNI),
+ * not the reference that fills the other slots. */
+int kvq_wtype_x16_fast(kvq_isa isa);
+
+/* Scratch bytes kvq_wtype_prep_x16 needs for n values (a multiple of 32). */
+static inline size_t kvq_wtype_prep_x16_bytes(int64_t n) {
+    const size_t pad = (size_t)((n + 511) / 512 * 512);
+    return 4 * pad + 2 * sizeof(float) * (pad / 32);
+}
+
+/* Prepares one token's x: (n) finite floats, n a multiple of 32, into
+ * scratch (kvq_wtype_prep_x16_bytes(n) bytes, 64-byte aligned). Every ISA
+ * gives the reference's bits. */
+kvq_wx16 kvq_wtype_prep_x16(kvq_isa isa, const float *x, int64_t n, void *scratch);
+
 /* Reference dequantization of one row of n values (the oracle's entry point,
  * kept simple for ctypes). KVQ_ERR_INVALID_ARG for an unknown type, NULL
  * pointers or n not a positive multiple of the block size. */
@@ -163,6 +204,17 @@ void kvq_wquantize_x_avx512(const float *x, int64_t n, int8_t *q, float *d, floa
     void kvq_wmatmul_q_##isa(const kvq_wtype_traits *t, const void *w, size_t row_bytes,     \
                              const kvq_wxq *xq, int64_t n_tok, int64_t n, int64_t r0,          \
                              int64_t r1, float *y, int64_t ldy);
+void kvq_wquantize_x16_ref(const float *x, int64_t n, const kvq_wx16 *out);
+void kvq_wquantize_x16_avx512(const float *x, int64_t n, const kvq_wx16 *out);
+
+#define KVQ_WX16_DECL(isa)                                                                   \
+    void kvq_wmatvec_x16_##isa(const kvq_wtype_traits *t, const void *w, size_t row_bytes,   \
+                               const kvq_wx16 *xs, int64_t n, int64_t r0, int64_t r1, float *y);
+KVQ_WX16_DECL(ref)
+KVQ_WX16_DECL(avx512)
+KVQ_WX16_DECL(avx512vnni)
+#undef KVQ_WX16_DECL
+
 KVQ_WQ_DECL(ref)
 KVQ_WQ_DECL(avx2)
 KVQ_WQ_DECL(avx512)

@@ -338,3 +338,113 @@ TEST(wtype_integer_route_every_path_matches_reference) {
         }
     }
 }
+
+/* x^ = e (256 h + l) of int16-prepared x. */
+static void x16_values(const kvq_wx16 *xs, int64_t n, double *xhat) {
+    for (int64_t k = 0; k < n; k++) xhat[k] = (double)xs->e[k / 32] * (256.0 * xs->h[k] + xs->l[k]);
+}
+
+TEST(wtype_prep_x16_every_isa_is_bit_exact_and_within_e) {
+    static const int64_t ns[] = {32, 544, 576, 4608};
+    for (size_t li = 0; li < KVQ_ARRAY_LEN(ns); li++) {
+        const int64_t n = ns[li];
+        const size_t bytes = kvq_wtype_prep_x16_bytes(n);
+        float *x = malloc(sizeof(float) * (size_t)n);
+        double *xhat = malloc(sizeof(double) * (size_t)n);
+        random_x(x, n, 90 + li);
+        for (int64_t k = 0; k < 32; k++) x[k] = 0.0f; /* an all-zero block */
+        if (n > 64) x[40] = 127.5f, x[41] = -0.5f, x[42] = 0.498f; /* ties of h, and l near its clamp */
+        uint8_t *want = kvq_alloc_aligned(bytes), *got = kvq_alloc_aligned(bytes);
+        memset(want, 0xAB, bytes);
+        const kvq_wx16 r = kvq_wtype_prep_x16(KVQ_ISA_REF, x, n, want);
+        CHECK(r.e[0] == 0.0f && r.s[0] == 0.0f && r.h[0] == 0 && r.l[0] == 0);
+        x16_values(&r, n, xhat);
+        for (int64_t k = 0; k < n; k++)
+            CHECKF(fabs(xhat[k] - x[k]) <= r.e[k / 32] * (1 + 1e-5), "n=%lld x[%lld]=%g -> %g", (long long)n,
+                   (long long)k, x[k], xhat[k]);
+        /* Padding to 16 blocks: zero codes, scales and sums. */
+        const int64_t nb = n / 32, nb_pad = (n + 511) / 512 * 16;
+        for (int64_t b = nb; b < nb_pad; b++) {
+            CHECK(r.e[b] == 0.0f && r.s[b] == 0.0f);
+            for (int j = 0; j < 32; j++) CHECK(r.h[32 * b + j] == 0 && r.l[32 * b + j] == 0);
+        }
+        /* The group order holds the same codes. */
+        for (int64_t b = 0; b < nb_pad; b++)
+            for (int j = 0; j < 32; j++) {
+                const int8_t *gg = r.g + 256 * (b / 4) + 16 * (b % 4) + (j < 16 ? j : 64 + j - 16);
+                CHECK(gg[0] == r.h[32 * b + j] && gg[128] == r.l[32 * b + j]);
+            }
+        for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) {
+            if (!kvq_isa_supported((kvq_isa)isa)) continue;
+            memset(got, 0xCD, bytes);
+            kvq_wtype_prep_x16((kvq_isa)isa, x, n, got);
+            CHECKF(memcmp(got, want, bytes) == 0, "n=%lld %s: int16-prepared x differs", (long long)n,
+                   kvq_isa_name((kvq_isa)isa));
+        }
+        free(x), free(xhat), kvq_free_aligned(want), kvq_free_aligned(got);
+    }
+}
+
+/* The int16 kernels of every slot, and the VNNI one by name, against the
+ * int16 reference on the same prepared x (BOUND), and against W x on the
+ * float x within the rounding of x (e per value). */
+TEST(wtype_int16_route_every_path_matches_reference) {
+    const int64_t rows = 23, r0 = 2, r1 = 21;
+    static const int64_t ns[] = {32, 96, 544, 576, 1536, 4608};
+    for (int i = 0; i < kvq_wtype_count(); i++) {
+        const kvq_wtype_traits *t = kvq_wtype_at(i);
+        CHECK(!t->matvec_x16[0] == (t->block_size != 32));
+        if (!t->matvec_x16[0]) continue;
+        for (size_t li = 0; li < KVQ_ARRAY_LEN(ns); li++) {
+            const int64_t n = ns[li];
+            const size_t rb = kvq_wtype_row_bytes(t, n);
+            uint8_t *w = random_rows(t, rows, n, 500 * (uint64_t)i + li);
+            float *x = malloc(sizeof(float) * (size_t)n), *v = malloc(sizeof(float) * (size_t)n);
+            double *xhat = malloc(sizeof(double) * (size_t)n);
+            void *scratch = kvq_alloc_aligned(kvq_wtype_prep_x16_bytes(n));
+            random_x(x, n, 91 * li + (uint64_t)i);
+            const kvq_wx16 xs = kvq_wtype_prep_x16(KVQ_ISA_REF, x, n, scratch);
+            x16_values(&xs, n, xhat);
+            float want[23], got[25], exact[23];
+            kvq_wmatvec_x16_ref(t, w, rb, &xs, n, r0, r1, want);
+            kvq_wmatvec_ref(t, w, rb, x, n, r0, r1, exact);
+            struct {
+                const char *name;
+                kvq_wmatvec_x16_fn mv;
+                int ok;
+            } paths[KVQ_ISA_COUNT + 1];
+            int np = 0;
+            for (int isa = 0; isa < KVQ_ISA_COUNT; isa++)
+                paths[np].name = kvq_isa_name((kvq_isa)isa), paths[np].mv = t->matvec_x16[isa],
+                paths[np++].ok = kvq_isa_supported((kvq_isa)isa);
+#if KVQ_HAVE_X86
+            paths[np].name = "avx512vnni", paths[np].mv = kvq_wmatvec_x16_avx512vnni;
+            paths[np++].ok = kvq_isa_supported(KVQ_ISA_AVX512) && kvq_cpu_has_vnni();
+#endif
+            for (int p = 0; p < np && !kvq_test_failed(); p++) {
+                if (!paths[p].ok) continue;
+                for (int j = 0; j < 25; j++) got[j] = -777.0f;
+                paths[p].mv(t, w, rb, &xs, n, r0, r1, got + 1);
+                CHECKF(got[0] == -777.0f && got[r1 - r0 + 1] == -777.0f, "%s %s: wrote outside [r0, r1)", t->name,
+                       paths[p].name);
+                for (int64_t r = r0; r < r1; r++) {
+                    const uint8_t *row = w + (size_t)r * rb;
+                    const float g = got[r - r0 + 1];
+                    t->dequant(row, v, n / 32);
+                    double scale = 0, xbound = 0;
+                    for (int64_t k = 0; k < n; k++) {
+                        scale += fabs((double)v[k] * xhat[k]);
+                        xbound += xs.e[k / 32] * fabs((double)v[k]);
+                    }
+                    const double err = fabs((double)g - want[r - r0]) / scale;
+                    CHECKF(err <= BOUND, "%s %s n=%lld row %lld: %g vs %g (rel %g)", t->name, paths[p].name,
+                           (long long)n, (long long)r, g, want[r - r0], err);
+                    const double qerr = fabs((double)g - exact[r - r0]) - xbound * (1 + 1e-4);
+                    CHECKF(qerr <= BOUND * scale, "%s %s n=%lld row %lld: %g vs float %g beyond the x rounding",
+                           t->name, paths[p].name, (long long)n, (long long)r, g, exact[r - r0]);
+                }
+            }
+            free(w), free(x), free(v), free(xhat), kvq_free_aligned(scratch);
+        }
+    }
+}
