@@ -460,7 +460,10 @@ typedef struct kvq_ctx_params {
                              where the CPU has AVX512-VNNI) */
     int int8_prefill;     /* 1: prompt chunks quantize activations to int8 blocks
                              (faster prefill, logits move; see docs/PERF.md);
-                             0: float activations everywhere */
+                             0: float activations in prompt chunks */
+    int float_decode;     /* 1: decode matvecs on float activations; 0: on 16-bit
+                             integer codes per block of 32 where the CPU has a fast
+                             kernel (AVX-512 VNNI; error <= max|x_b| / 32512) */
     size_t mem_limit;     /* bytes the context may plan for (weights + KV + scratch);
                              0 = MemAvailable from /proc/meminfo (no check where unknown) */
 } kvq_ctx_params;

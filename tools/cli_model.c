@@ -32,7 +32,9 @@ const char *cli_model_opts_help(void) {
            "                        AVX512-VNNI; it rounds the query and the softmax\n"
            "                        weights to 8 bits. rows keeps float attention\n"
            "  --int8-prefill        int8 activations in prompt matmuls, as ggml does:\n"
-           "                        faster prompts, logits move (default: float)\n";
+           "                        faster prompts, logits move (default: float)\n"
+           "  --float-decode        float activations in decode matvecs (default: 16-bit\n"
+           "                        integer codes per block of 32 on AVX-512 VNNI CPUs)\n";
 }
 
 static int is(const char *a, const char *s1, const char *s2) {
@@ -90,6 +92,9 @@ int cli_model_opts_parse(cli_model_opts *o, int argc, char **argv, int *i) {
         o->ctx.kv_tile_layout = values[k];
     } else if (is(a, "--int8-prefill", NULL)) {
         o->ctx.int8_prefill = 1;
+        return 1;
+    } else if (is(a, "--float-decode", NULL)) {
+        o->ctx.float_decode = 1;
         return 1;
     } else if (is(a, "--kv-no-center", NULL)) {
         o->ctx.centering = 0;

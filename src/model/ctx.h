@@ -26,6 +26,7 @@ struct kvq_ctx {
     float *gate, *up; /* (n_batch, n_ff) */
     float *rope;     /* (n_batch, n_rot / 2, 2) cos, sin */
     void *xq_scratch; /* int8 activations of the widest input, (n_batch, max(n_embd, n_ff)) + scales */
+    void *x16_scratch; /* int16 activations of one token's widest input (decode) */
 };
 
 /* Replaces the context's cache and token history with kv and tokens[0..n)

@@ -42,6 +42,7 @@ typedef struct {
     int n_jobs;
     const float *x;    /* (n_tok, n) */
     const kvq_wxq *xq; /* x prepared for the integer kernels, or NULL */
+    const kvq_wx16 *xs; /* one token's x prepared for the int16 matvec, or NULL */
     int n_tok;
     kvq_isa isa;
 } linear_batch;
@@ -55,7 +56,9 @@ static void linear_task(int task, int worker, void *arg) {
     const kvq_weight *w = lj->w;
     const int64_t r0 = task * lj->rows_per_chunk;
     const int64_t r1 = r0 + lj->rows_per_chunk < w->rows ? r0 + lj->rows_per_chunk : w->rows;
-    if (b->n_tok == 1)
+    if (b->xs)
+        w->t->matvec_x16[b->isa](w->t, w->data, w->row_bytes, b->xs, w->n, r0, r1, lj->y + r0);
+    else if (b->n_tok == 1)
         w->t->matvec[b->isa](w->t, w->data, w->row_bytes, b->x, w->n, r0, r1, lj->y + r0);
     else if (b->xq)
         w->t->matmul_q[b->isa](w->t, w->data, w->row_bytes, b->xq, b->n_tok, w->n, r0, r1, lj->y, w->rows);
@@ -63,23 +66,31 @@ static void linear_task(int task, int worker, void *arg) {
         w->t->matmul[b->isa](w->t, w->data, w->row_bytes, b->x, b->n_tok, w->n, r0, r1, lj->y, w->rows);
 }
 
-/* y_j = x W_j^T for each (W_j, y_j) pair given, on every thread, with
- * float activations (exact to float rounding). With int8_prefill, prompt
- * chunks run the integer kernels where every matrix has them: x quantized
- * once to int8 blocks of 32, as ggml does — faster, but it moves logits by
- * about 1 on SmolLM2-135M (mean KLD 0.007, more than q8_0 KV costs), enough
- * to change greedy answers, so it is opt-in. */
+/* y_j = x W_j^T for each (W_j, y_j) pair given, on every thread.
+ * Prompt chunks use float activations (exact to float rounding). With
+ * int8_prefill, they run the integer kernels where every matrix has them:
+ * x quantized once to int8 blocks of 32, as ggml does — faster, but it
+ * moves logits by about 1 on SmolLM2-135M (mean KLD 0.007, more than q8_0
+ * KV costs), enough to change greedy answers, so it is opt-in.
+ * One token (decode) quantizes x once to 16-bit codes per block of 32
+ * (kvq_wx16, error <= max|x_b| / 32512 per value, 256 times finer than
+ * int8) where every matrix has the int16 kernel and it is fast here
+ * (AVX-512 VNNI): decode is bound by reading the weights, and the integer
+ * kernel keeps up with memory where the float one did not (docs/PERF.md).
+ * The float route stays where it is not fast, and with float_decode. */
 static void linear(kvq_ctx *c, const float *x, int n_tok, const kvq_weight *w0, float *y0, const kvq_weight *w1,
                    float *y1, const kvq_weight *w2, float *y2) {
     linear_batch b = {.x = x, .n_tok = n_tok, .isa = c->isa};
     const kvq_weight *ws[3] = {w0, w1, w2};
     float *ys[3] = {y0, y1, y2};
     int n_tasks = 0, integer = n_tok > 1 && c->p.int8_prefill;
+    int x16 = n_tok == 1 && !c->p.float_decode && kvq_wtype_x16_fast(c->isa);
     for (int j = 0; j < 3 && ws[j]; j++) {
         linear_job *lj = &b.job[b.n_jobs++];
         lj->w = ws[j];
         lj->y = ys[j];
         integer &= ws[j]->t->matmul_q[c->isa] != NULL;
+        x16 &= ws[j]->t->matvec_x16[c->isa] != NULL;
         /* About 4 chunks per thread for balance, rows a multiple of 16. */
         int64_t per = (ws[j]->rows + 4 * c->n_threads - 1) / (4 * c->n_threads);
         per = (per + 15) / 16 * 16;
@@ -88,7 +99,11 @@ static void linear(kvq_ctx *c, const float *x, int n_tok, const kvq_weight *w0, 
         n_tasks += lj->n_chunks;
     }
     kvq_wxq xq;
-    if (integer) {
+    kvq_wx16 xs;
+    if (x16) {
+        xs = kvq_wtype_prep_x16(c->isa, x, w0->n, c->x16_scratch);
+        b.xs = &xs;
+    } else if (integer) {
         xq = kvq_wtype_prep_x(c->isa, x, n_tok, w0->n, c->xq_scratch);
         b.xq = &xq;
     }
@@ -298,8 +313,11 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_ctx_params *p, kvq_ctx *
         c->up = kvq_alloc_aligned(sizeof(float) * B * m->n_ff);
         c->rope = kvq_alloc_aligned(sizeof(float) * B * m->n_rot);
         const int64_t widest = m->n_ff > m->n_embd ? m->n_ff : m->n_embd;
-        c->xq_scratch = kvq_alloc_aligned(kvq_wtype_prep_bytes((int64_t)B, widest > (int64_t)qd ? widest : (int64_t)qd));
-        if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope || !c->xq_scratch)
+        const int64_t widest_in = widest > (int64_t)qd ? widest : (int64_t)qd;
+        c->xq_scratch = kvq_alloc_aligned(kvq_wtype_prep_bytes((int64_t)B, widest_in));
+        c->x16_scratch = kvq_alloc_aligned(kvq_wtype_prep_x16_bytes(widest_in));
+        if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope || !c->xq_scratch ||
+            !c->x16_scratch)
             s = kvq_fail(KVQ_ERR_NOMEM, "context: out of memory for scratch buffers");
     }
     if (s != KVQ_OK) {
@@ -325,6 +343,7 @@ void kvq_ctx_free(kvq_ctx *c) {
     kvq_free_aligned(c->up);
     kvq_free_aligned(c->rope);
     kvq_free_aligned(c->xq_scratch);
+    kvq_free_aligned(c->x16_scratch);
     free(c);
 }
 
