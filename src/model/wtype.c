@@ -208,57 +208,56 @@ void kvq_wmatmul_q_by_rows(const kvq_wtype_traits *t, kvq_wmatvec_q_fn mv, const
 
 int kvq_wtype_x16_fast(kvq_isa isa) { return isa == KVQ_ISA_AVX512 && kvq_cpu_has_vnni(); }
 
-/* The scratch split of kvq_wtype_prep_x16_bytes. */
-static kvq_wx16 x16_view(int64_t n, void *scratch) {
-    const int64_t pad = (n + 511) / 512 * 512;
-    int8_t *g = scratch;
-    float *e = (float *)(g + 4 * pad);
-    return (kvq_wx16){g, g + 2 * pad, g + 3 * pad, e, e + pad / 32};
-}
-
-void kvq_wquantize_x16_ref(const float *x, int64_t n, const kvq_wx16 *out) {
-    int8_t *g = (int8_t *)out->g, *h = (int8_t *)out->h, *l = (int8_t *)out->l;
-    float *e = (float *)out->e, *s = (float *)out->s;
-    const int64_t nb = n / 32, nb_pad = (n + 511) / 512 * 16;
-    for (int64_t b = 0; b < nb_pad; b++) {
-        int8_t *hb = h + 32 * b, *lb = l + 32 * b;
-        if (b >= nb) {
-            memset(hb, 0, 32), memset(lb, 0, 32);
-            e[b] = s[b] = 0.0f;
-        } else {
-            const float *xb = x + 32 * b;
-            float amax = 0;
-            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
-            const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
-            const float eb = db / 256.0f, ie = id * 256.0f;
-            int sum = 0;
-            for (int j = 0; j < 32; j++) {
-                const float hv = nearbyintf(xb[j] * id);
-                float lv = nearbyintf((xb[j] - db * hv) * ie);
-                lv = lv > 127.0f ? 127.0f : lv < -127.0f ? -127.0f : lv;
-                hb[j] = (int8_t)hv, lb[j] = (int8_t)lv;
-                sum += 256 * (int)hv + (int)lv;
-            }
-            e[b] = eb;
-            s[b] = eb * (float)sum;
+void kvq_wquantize_x16_ref(const float *x, int64_t n, int8_t *h, int8_t *l, float *e, float *s) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        const float eb = db / 256.0f, ie = id * 256.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            const float hv = nearbyintf(xb[j] * id);
+            float lv = nearbyintf((xb[j] - db * hv) * ie);
+            lv = lv > 127.0f ? 127.0f : lv < -127.0f ? -127.0f : lv;
+            h[32 * b + j] = (int8_t)hv, l[32 * b + j] = (int8_t)lv;
+            sum += 256 * (int)hv + (int)lv;
         }
-        /* Group order: block b is slot b % 4 of group b / 4. */
-        int8_t *gg = g + 256 * (b / 4) + 16 * (b % 4);
-        memcpy(gg, hb, 16), memcpy(gg + 64, hb + 16, 16);
-        memcpy(gg + 128, lb, 16), memcpy(gg + 192, lb + 16, 16);
+        e[b] = eb;
+        s[b] = eb * (float)sum;
     }
 }
 
+/* n copies of v from dst. */
+static void fill_f32(uint8_t *dst, float v, int n) {
+    for (int i = 0; i < n; i++) memcpy(dst + 4 * i, &v, 4);
+}
+
 kvq_wx16 kvq_wtype_prep_x16(kvq_isa isa, const float *x, int64_t n, void *scratch) {
-    const kvq_wx16 v = x16_view(n, scratch);
+    const int64_t pad = (n + 127) / 128 * 128, nb = n / 32;
+    uint8_t *g = scratch, *p = g + 3 * pad;
+    int8_t *h = (int8_t *)(p + 4 * pad), *l = h + pad;
+    float *e = (float *)(l + pad), *s = e + pad / 32;
 #if KVQ_HAVE_X86
-    if (isa == KVQ_ISA_AVX512) kvq_wquantize_x16_avx512(x, n, &v);
-    else kvq_wquantize_x16_ref(x, n, &v);
+    if (isa == KVQ_ISA_AVX512) kvq_wquantize_x16_avx512(x, n, h, l, e, s);
+    else kvq_wquantize_x16_ref(x, n, h, l, e, s);
 #else
     (void)isa;
-    kvq_wquantize_x16_ref(x, n, &v);
+    kvq_wquantize_x16_ref(x, n, h, l, e, s);
 #endif
-    return v;
+    memset(h + n, 0, (size_t)(pad - n)), memset(l + n, 0, (size_t)(pad - n));
+    for (int64_t b = nb; b < pad / 32; b++) e[b] = s[b] = 0.0f;
+    for (int64_t b = 0; b < pad / 32; b++) {
+        const int8_t *hb = h + 32 * b, *lb = l + 32 * b;
+        uint8_t *gg = g + 384 * (b / 4), *pp = p + 256 * (b / 2);
+        const int j = (int)(b % 4), k = (int)(b % 2);
+        memcpy(gg + 16 * j, hb, 16), memcpy(gg + 64 + 16 * j, hb + 16, 16);
+        memcpy(gg + 128 + 16 * j, lb, 16), memcpy(gg + 192 + 16 * j, lb + 16, 16);
+        fill_f32(gg + 256 + 16 * j, e[b], 4), fill_f32(gg + 320 + 16 * j, s[b] / 4.0f, 4);
+        memcpy(pp + 32 * k, hb, 32), memcpy(pp + 64 + 32 * k, lb, 32);
+        fill_f32(pp + 128 + 32 * k, e[b], 8), fill_f32(pp + 192 + 32 * k, s[b] / 8.0f, 8);
+    }
+    return (kvq_wx16){g, p, h, l, e, s};
 }
 
 void kvq_wmatvec_x16_ref(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wx16 *xs,

@@ -90,13 +90,20 @@ typedef struct kvq_wxq {
  *     e = d / 256, l = round((x - d h) / e) clamped to [-127, 127],
  * so |x - x^| <= e / 2 (e where l clamps, at |x - d h| = d / 2):
  * 256 times finer than kvq_wxq, the error of a 16-bit fixed-point x per
- * block. The kernel takes u . h and u . l with vpdpbusd and combines
- * them in int32. Blocks are padded with zeros to a multiple of 16. */
+ * block. The kernel takes u . h and u . l with vpdpbusd and combines them
+ * in int32. Besides the natural order, x is laid out for the two kernel
+ * shapes, padded with zero blocks to a multiple of 4 blocks:
+ * - g: per group of 4 blocks, 384 bytes: h of values 0-15 of each block
+ *   (4 x 16 bytes), h of values 16-31, l likewise (the nibble order of
+ *   q4/q5 codes), then per 32-bit lane (lanes 4j..4j+3 are block j's) e
+ *   and s / 4 as 16 floats each;
+ * - p: per pair of blocks, 256 bytes: h of both (64 bytes), l of both,
+ *   then per lane (0-7 the first block's, 8-15 the second's) e and s / 8
+ *   (q8_0). */
 typedef struct kvq_wx16 {
-    const int8_t *g;  /* (n_pad / 128, 4, 64) per group of 4 blocks: h of values
-                         0-15 of each block (16 bytes per block), h of values
-                         16-31, then l likewise: the nibble order of q4/q5 */
-    const int8_t *h;  /* (n_pad) h in natural order (q8_0) */
+    const uint8_t *g; /* (n_pad / 128, 384 bytes) */
+    const uint8_t *p; /* (n_pad / 64, 256 bytes) */
+    const int8_t *h;  /* (n_pad) h in natural order */
     const int8_t *l;  /* (n_pad) l in natural order */
     const float *e;   /* (n_pad / 32) e of each block, 0 in the padding */
     const float *s;   /* (n_pad / 32) sum of the block's x^ = e * sum(256 h + l) */
@@ -169,8 +176,8 @@ int kvq_wtype_x16_fast(kvq_isa isa);
 
 /* Scratch bytes kvq_wtype_prep_x16 needs for n values (a multiple of 32). */
 static inline size_t kvq_wtype_prep_x16_bytes(int64_t n) {
-    const size_t pad = (size_t)((n + 511) / 512 * 512);
-    return 4 * pad + 2 * sizeof(float) * (pad / 32);
+    const size_t pad = (size_t)((n + 127) / 128 * 128);
+    return 9 * pad + 2 * sizeof(float) * (pad / 32);
 }
 
 /* Prepares one token's x: (n) finite floats, n a multiple of 32, into
@@ -204,8 +211,9 @@ void kvq_wquantize_x_avx512(const float *x, int64_t n, int8_t *q, float *d, floa
     void kvq_wmatmul_q_##isa(const kvq_wtype_traits *t, const void *w, size_t row_bytes,     \
                              const kvq_wxq *xq, int64_t n_tok, int64_t n, int64_t r0,          \
                              int64_t r1, float *y, int64_t ldy);
-void kvq_wquantize_x16_ref(const float *x, int64_t n, const kvq_wx16 *out);
-void kvq_wquantize_x16_avx512(const float *x, int64_t n, const kvq_wx16 *out);
+/* h, l, e, s of the n / 32 blocks of x (natural order only). */
+void kvq_wquantize_x16_ref(const float *x, int64_t n, int8_t *h, int8_t *l, float *e, float *s);
+void kvq_wquantize_x16_avx512(const float *x, int64_t n, int8_t *h, int8_t *l, float *e, float *s);
 
 #define KVQ_WX16_DECL(isa)                                                                   \
     void kvq_wmatvec_x16_##isa(const kvq_wtype_traits *t, const void *w, size_t row_bytes,   \

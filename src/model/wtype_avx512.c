@@ -576,53 +576,37 @@ void kvq_wmatvec_q_avx512(const kvq_wtype_traits *t, const void *w, size_t row_b
 }
 
 /* ------------------------------------------------------- int16 route
- * x as e (256 h + l) (kvq_wx16). Per chunk of 16 blocks of a row: the
- * first dword of every block (d, then m / qh / codes) comes in one
- * gather, so scales and offset coefficients are 16-lane vectors:
- *     y += sum_b dw_b e_b (256 u.h + u.l)_b + c_b s_b.
- * q4/q5 rows go in groups of 4 blocks: one permute packs their 64 code
- * bytes, mask and shift split them into values 0-15 and 16-31 of each
- * block (x is prepared in that order), and 4 vpdpbusd give lanes 4j..4j+3
- * of block j's integer sums. q8_0 goes in pairs of blocks (lanes 0-7 and
- * 8-15), codes w + 128 against signed x, c = -128 dw. Tail blocks are
- * masked loads: zero codes, zero scales. */
+ * x as e (256 h + l) (kvq_wx16), y += sum_b dw_b e_b (256 u.h + u.l)_b
+ * + c_b s_b. q4/q5 rows go in groups of 4 blocks: one permute packs
+ * their 64 code bytes, mask and shift split them into values 0-15 and
+ * 16-31 of each block (x's g layout), 4 vpdpbusd give lanes 4j..4j+3 of
+ * block j's integer sums, and one more permute of the same loads spreads
+ * each block's fp16 d (and m) over its lanes, so scales and offsets are
+ * per-lane vector work (x's per-lane e and s). q8_0 goes in pairs of
+ * blocks (lanes 0-7, 8-15), codes w + 128 against signed x, c = -128 dw.
+ * A partial last group is masked loads: zero codes and zero scales. */
 
-KVQ_TARGET_AVX512 void kvq_wquantize_x16_avx512(const float *x, int64_t n, const kvq_wx16 *out) {
-    int8_t *g = (int8_t *)out->g, *h = (int8_t *)out->h, *l = (int8_t *)out->l;
-    float *e = (float *)out->e, *s = (float *)out->s;
-    const int64_t nb = n / 32, nb_pad = (n + 511) / 512 * 16;
+KVQ_TARGET_AVX512 void kvq_wquantize_x16_avx512(const float *x, int64_t n, int8_t *h, int8_t *l, float *e, float *s) {
     const __m512 sign = _mm512_set1_ps(-0.0f), hi_lim = _mm512_set1_ps(127.0f), lo_lim = _mm512_set1_ps(-127.0f);
-    for (int64_t b = 0; b < nb_pad; b++) {
-        __m128i hq[2] = {_mm_setzero_si128(), _mm_setzero_si128()}, lq[2] = {hq[0], hq[0]};
-        float eb = 0.0f;
-        int sum = 0;
-        if (b < nb) {
-            const __m512 xv[2] = {_mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16)};
-            const float amax =
-                _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, xv[0]), _mm512_andnot_ps(sign, xv[1])));
-            const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
-            eb = db / 256.0f;
-            const __m512 vd = _mm512_set1_ps(db), vid = _mm512_set1_ps(id), vie = _mm512_set1_ps(id * 256.0f);
-            __m512i acc = _mm512_setzero_si512();
-            for (int j = 0; j < 2; j++) {
-                const __m512 hv = _mm512_roundscale_ps(_mm512_mul_ps(xv[j], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                __m512 lv = _mm512_mul_ps(_mm512_sub_ps(xv[j], _mm512_mul_ps(vd, hv)), vie);
-                lv = _mm512_roundscale_ps(lv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                lv = _mm512_min_ps(_mm512_max_ps(lv, lo_lim), hi_lim);
-                const __m512i hi = _mm512_cvtps_epi32(hv), li = _mm512_cvtps_epi32(lv);
-                acc = _mm512_add_epi32(acc, _mm512_add_epi32(_mm512_slli_epi32(hi, 8), li));
-                hq[j] = _mm512_cvtepi32_epi8(hi);
-                lq[j] = _mm512_cvtepi32_epi8(li);
-            }
-            sum = _mm512_reduce_add_epi32(acc);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const __m512 xv[2] = {_mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16)};
+        const float amax =
+            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, xv[0]), _mm512_andnot_ps(sign, xv[1])));
+        const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f, eb = db / 256.0f;
+        const __m512 vd = _mm512_set1_ps(db), vid = _mm512_set1_ps(id), vie = _mm512_set1_ps(id * 256.0f);
+        __m512i acc = _mm512_setzero_si512();
+        for (int j = 0; j < 2; j++) {
+            const __m512 hv = _mm512_roundscale_ps(_mm512_mul_ps(xv[j], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m512 lv = _mm512_mul_ps(_mm512_sub_ps(xv[j], _mm512_mul_ps(vd, hv)), vie);
+            lv = _mm512_roundscale_ps(lv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            lv = _mm512_min_ps(_mm512_max_ps(lv, lo_lim), hi_lim);
+            const __m512i hi = _mm512_cvtps_epi32(hv), li = _mm512_cvtps_epi32(lv);
+            acc = _mm512_add_epi32(acc, _mm512_add_epi32(_mm512_slli_epi32(hi, 8), li));
+            _mm_storeu_si128((__m128i *)(h + 32 * b + 16 * j), _mm512_cvtepi32_epi8(hi));
+            _mm_storeu_si128((__m128i *)(l + 32 * b + 16 * j), _mm512_cvtepi32_epi8(li));
         }
-        _mm_storeu_si128((__m128i *)(h + 32 * b), hq[0]), _mm_storeu_si128((__m128i *)(h + 32 * b + 16), hq[1]);
-        _mm_storeu_si128((__m128i *)(l + 32 * b), lq[0]), _mm_storeu_si128((__m128i *)(l + 32 * b + 16), lq[1]);
-        int8_t *gg = g + 256 * (b / 4) + 16 * (b % 4);
-        _mm_storeu_si128((__m128i *)gg, hq[0]), _mm_storeu_si128((__m128i *)(gg + 64), hq[1]);
-        _mm_storeu_si128((__m128i *)(gg + 128), lq[0]), _mm_storeu_si128((__m128i *)(gg + 192), lq[1]);
         e[b] = eb;
-        s[b] = eb * (float)sum;
+        s[b] = eb * (float)_mm512_reduce_add_epi32(acc);
     }
 }
 
@@ -635,43 +619,33 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void load_upto128(const uint8_t *p, i
     *b = mb ? _mm512_maskz_loadu_epi8(mb, p + 64) : _mm512_setzero_si512();
 }
 
-/* Packed code bytes (16 per block) of the kg valid blocks of a group of 4
- * at p: [block 0 | 1 | 2 | 3]. */
-#define X16_PACK32(name, first, stride)                                                                     \
-    KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512i name(const uint8_t *p, int kg, int bytes) {          \
-        __m512i a, b;                                                                                        \
-        load_upto128(p, kg * bytes, &a, &b);                                                                 \
-        const __m512i idx = _mm512_setr_epi32(first, first + 1, first + 2, first + 3, first + (stride),        \
-                                              first + (stride) + 1, first + (stride) + 2, first + (stride) + 3, \
-                                              first + 2 * (stride), first + 2 * (stride) + 1,                \
-                                              first + 2 * (stride) + 2, first + 2 * (stride) + 3,            \
-                                              first + 3 * (stride), first + 3 * (stride) + 1,                \
-                                              first + 3 * (stride) + 2, first + 3 * (stride) + 3);           \
-        return _mm512_permutex2var_epi32(a, idx, b);                                                         \
-    }
-#define X16_PACK16(name, first, stride)                                                                     \
-    KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512i name(const uint8_t *p, int kg, int bytes) {          \
-        __m512i a, b;                                                                                        \
-        load_upto128(p, kg * bytes, &a, &b);                                                                 \
-        _Alignas(64) int16_t ix[32];                                                                         \
-        for (int j = 0; j < 4; j++)                                                                          \
-            for (int k = 0; k < 8; k++) ix[8 * j + k] = (int16_t)((first) + j * (stride) + k);              \
-        return _mm512_permutex2var_epi16(a, _mm512_load_si512(ix), b);                                       \
-    }
-X16_PACK16(x16_pack_Q4_0, 1, 9)   /* qs at bytes 2 + 18 j */
-X16_PACK32(x16_pack_Q4_1, 1, 5)   /* 4 + 20 j */
-X16_PACK16(x16_pack_Q5_0, 3, 11)  /* 6 + 22 j */
-X16_PACK32(x16_pack_Q5_1, 2, 6)   /* 8 + 24 j */
-#undef X16_PACK32
-#undef X16_PACK16
+/* Word indices into (a, b) of a group of 4 blocks of BYTES bytes whose
+ * codes start at byte QS: codes (8 words per block), then the fp16 d of
+ * each lane's block (lanes 4j..4j+3: block j) and its m (word 1). */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512i x16_code_idx(int bytes, int qs) {
+    _Alignas(64) int16_t ix[32];
+    for (int j = 0; j < 4; j++)
+        for (int k = 0; k < 8; k++) ix[8 * j + k] = (int16_t)((bytes * j + qs) / 2 + k);
+    return _mm512_load_si512(ix);
+}
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512i x16_code_idx32(int bytes, int qs) {
+    _Alignas(64) int32_t ix[16];
+    for (int j = 0; j < 4; j++)
+        for (int k = 0; k < 4; k++) ix[4 * j + k] = (bytes * j + qs) / 4 + k;
+    return _mm512_load_si512(ix);
+}
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512i x16_head_idx(int bytes) {
+    _Alignas(64) int16_t ix[32];
+    for (int k = 0; k < 16; k++) ix[k] = (int16_t)(bytes / 2 * (k / 4)), ix[16 + k] = (int16_t)(ix[k] + 1);
+    return _mm512_load_si512(ix);
+}
 
 /* The fifth bits of a q5 group: bit k of block j's qh (at qh_off) adds 16
  * to code k of its low half (k < 16) or code k - 16 of its high half. */
 KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void x16_bit4(const uint8_t *p, int kg, int bytes, int qh_off,
                                                        __m512i *lo, __m512i *hi) {
     uint64_t ml = 0, mh = 0;
-    for (int j = 0; j < 4; j++) {
-        if (j >= kg) break;
+    for (int j = 0; j < kg; j++) {
         uint32_t qh;
         memcpy(&qh, p + j * bytes + qh_off, 4);
         ml |= (uint64_t)(qh & 0xFFFF) << (16 * j);
@@ -682,119 +656,107 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void x16_bit4(const uint8_t *p, int k
     *hi = _mm512_mask_add_epi8(*hi, (__mmask64)mh, *hi, sixteen);
 }
 
-/* Codes of values 0-15 (lo) and 16-31 (hi) of a group's blocks. */
-#define X16_CODES(ID, BYTES, QH)                                                                         \
-    KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void x16_codes_##ID(const uint8_t *p, int kg, __m512i *lo,   \
-                                                                 __m512i *hi) {                           \
-        const __m512i v = x16_pack_##ID(p, kg, BYTES), m4 = _mm512_set1_epi8(15);                         \
-        *lo = _mm512_and_si512(v, m4);                                                                    \
-        *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);                                              \
-        if (QH) x16_bit4(p, kg, BYTES, QH, lo, hi);                                                       \
-    }
-X16_CODES(Q4_0, 18, 0)
-X16_CODES(Q4_1, 20, 0)
-X16_CODES(Q5_0, 22, 2)
-X16_CODES(Q5_1, 24, 4)
-#undef X16_CODES
-
-/* Offset coefficient c of 16 blocks from their first dwords hd. */
-KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 x16_lo_half(__m512i hd) {
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd));
-}
-KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 x16_hi_half(__m512i hd) {
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd, 16)));
-}
-#define x16_off_Q4_0(hd, dw) _mm512_mul_ps(_mm512_set1_ps(-8.0f), dw)
-#define x16_off_Q4_1(hd, dw) x16_hi_half(hd)
-#define x16_off_Q5_0(hd, dw) _mm512_mul_ps(_mm512_set1_ps(-16.0f), dw)
-#define x16_off_Q5_1(hd, dw) x16_hi_half(hd)
-#define x16_off_Q8_0(hd, dw) _mm512_mul_ps(_mm512_set1_ps(-128.0f), dw)
-
-/* 256 ih + il as floats (exact below 2^24 per lane). */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512 x16_combine(__m512i ih, __m512i il) {
-    return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(ih, 8), il));
+/* 256 (lo . xh_lo + hi . xh_hi) + lo . xl_lo + hi . xl_hi as floats
+ * (exact below 2^24 per lane): x's four code vectors at xg. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512 x16_dot(__m512i lo, __m512i hi, const uint8_t *xg) {
+    __m512i acc = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(xg));
+    acc = _mm512_slli_epi32(_mm512_dpbusd_epi32(acc, hi, _mm512_load_si512(xg + 64)), 8);
+    acc = _mm512_dpbusd_epi32(acc, lo, _mm512_load_si512(xg + 128));
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(acc, hi, _mm512_load_si512(xg + 192)));
 }
 
-/* Scales dw e and the offset terms of the nv (1..16) blocks at p. */
-#define X16_HEAD(ID, BYTES)                                                                               \
-    const __m512i gidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), \
-                                            _mm512_set1_epi32(BYTES));                                    \
-    const __mmask16 hm = nv >= 16 ? 0xFFFF : (__mmask16)((1u << nv) - 1);                                 \
-    const __m512i hd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), hm, gidx, p, 1);               \
-    const __m512 dw = x16_lo_half(hd);                                                                    \
-    const __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(xs->e + 16 * c16));                               \
-    acc = _mm512_fmadd_ps(x16_off_##ID(hd, dw), _mm512_loadu_ps(xs->s + 16 * c16), acc)
-
-/* acc + the nv (1..16) blocks of a row at p, blocks 16 c16 .. of x. */
-#define X16_CHUNK(ID, BYTES)                                                                              \
-    KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512 x16_chunk_##ID(const uint8_t *p, const kvq_wx16 *xs, \
-                                                                        int64_t c16, int nv, __m512 acc) { \
-        X16_HEAD(ID, BYTES);                                                                              \
-        for (int gi = 0; gi < 4; gi++) {                                                                  \
-            const int kg = nv - 4 * gi >= 4 ? 4 : nv - 4 * gi;                                            \
-            if (kg <= 0) break;                                                                           \
-            __m512i lo, hi;                                                                               \
-            x16_codes_##ID(p + 4 * gi * (BYTES), kg, &lo, &hi);                                           \
-            const int8_t *xg = xs->g + 256 * (4 * c16 + gi);                                              \
-            __m512i ih = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(xg));          \
-            ih = _mm512_dpbusd_epi32(ih, hi, _mm512_load_si512(xg + 64));                                 \
-            __m512i il = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(xg + 128));    \
-            il = _mm512_dpbusd_epi32(il, hi, _mm512_load_si512(xg + 192));                                \
-            const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);      \
-            const __m512 scl = _mm512_permutexvar_ps(_mm512_add_epi32(lane, _mm512_set1_epi32(4 * gi)), sc); \
-            acc = _mm512_fmadd_ps(x16_combine(ih, il), scl, acc);                                         \
-        }                                                                                                 \
-        return acc;                                                                                       \
-    }
-X16_CHUNK(Q4_0, 18)
-X16_CHUNK(Q4_1, 20)
-X16_CHUNK(Q5_0, 22)
-X16_CHUNK(Q5_1, 24)
-#undef X16_CHUNK
-
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512 x16_chunk_Q8_0(const uint8_t *p, const kvq_wx16 *xs, int64_t c16,
-                                                                    int nv, __m512 acc) {
-    X16_HEAD(Q8_0, 34);
-    for (int pr = 0; pr < 8; pr++) {
-        const int kp = nv - 2 * pr >= 2 ? 2 : nv - 2 * pr;
-        if (kp <= 0) break;
-        __m512i a, b;
-        load_upto128(p + 2 * pr * 34, kp * 34, &a, &b);
-        /* Codes of the pair at bytes 2..33 and 36..67: 16-bit lanes 1..16, 18..33. */
-        _Alignas(64) int16_t ix[32];
-        for (int k = 0; k < 16; k++) ix[k] = (int16_t)(1 + k), ix[16 + k] = (int16_t)(18 + k);
-        const __m512i u = _mm512_xor_si512(_mm512_permutex2var_epi16(a, _mm512_load_si512(ix), b),
-                                           _mm512_set1_epi8((char)0x80));
-        const int64_t o = 32 * (16 * c16 + 2 * pr);
-        const __m512i ih = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(xs->h + o));
-        const __m512i il = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(xs->l + o));
-        const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-        const __m512 scl = _mm512_permutexvar_ps(_mm512_add_epi32(lane, _mm512_set1_epi32(2 * pr)), sc);
-        acc = _mm512_fmadd_ps(x16_combine(ih, il), scl, acc);
-    }
-    return acc;
+/* fp16 d (and m) of each lane's block (lanes 4j..4j+3: block j) of a
+ * group of 4 blocks loaded as (a, b). q4_1/q5_1: the dwords (d, m) at
+ * block starts are dword-aligned, so one dword permute, one conversion of
+ * 8 halves and two float permutes; q4_0/q5_0: one word permute. */
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 x16_dm(__m512i a, __m512i b, int bytes, __m512 *m) {
+    const __m512i h4 = _mm512_permutex2var_epi32(
+        a, _mm512_setr_epi32(0, bytes / 4, 2 * bytes / 4, 3 * bytes / 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), b);
+    const __m512 f = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm512_castsi512_si128(h4)));
+    *m = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), f);
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6), f);
 }
-#undef X16_HEAD
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 x16_d(__m512i a, __m512i b, int bytes) {
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(a, x16_head_idx(bytes), b)));
+}
 
-#define X16_MV(ID, BYTES)                                                                                 \
-    KVQ_TARGET_AVX512VNNI static void x16_mv_##ID(const void *w, size_t rb, const kvq_wx16 *xs, int64_t n,  \
-                                                 int64_t r0, int64_t r1, float *y) {                      \
-        const int64_t nb = n / 32, full = nb / 16;                                                        \
-        const int tail = (int)(nb % 16);                                                                  \
-        for (int64_t r = r0; r < r1; r++) {                                                               \
-            const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;                                     \
-            __m512 acc = _mm512_setzero_ps();                                                             \
-            for (int64_t c = 0; c < full; c++) acc = x16_chunk_##ID(row + 16 * c * (BYTES), xs, c, 16, acc); \
-            if (tail) acc = x16_chunk_##ID(row + 16 * full * (BYTES), xs, full, tail, acc);               \
-            y[r - r0] = _mm512_reduce_add_ps(acc);                                                        \
-        }                                                                                                 \
+/* acc + the kg (1..4) blocks of a group at p against x's group xg. C: the
+ * offset coefficient over d (q4_0 -8, q5_0 -16), 0 where m is stored;
+ * codes by dword permute where they are dword-aligned (q4_1, q5_1). */
+#define X16_GROUP(ID, BYTES, QS, QH, C)                                                                     \
+    KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512 x16_group_##ID(const uint8_t *p, int kg, const uint8_t *xg, \
+                                                                        __m512 acc) {                       \
+        __m512i a, b;                                                                                       \
+        load_upto128(p, kg * (BYTES), &a, &b);                                                              \
+        const __m512i v = C ? _mm512_permutex2var_epi16(a, x16_code_idx(BYTES, QS), b)                       \
+                            : _mm512_permutex2var_epi32(a, x16_code_idx32(BYTES, QS), b);                   \
+        const __m512i m4 = _mm512_set1_epi8(15);                                                            \
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);          \
+        if (QH) x16_bit4(p, kg, BYTES, QH, &lo, &hi);                                                       \
+        const __m512 f = x16_dot(lo, hi, xg);                                                               \
+        const __m512 e = _mm512_load_ps((const float *)(xg + 256)), s = _mm512_load_ps((const float *)(xg + 320)); \
+        if (C) return _mm512_fmadd_ps(x16_d(a, b, BYTES), _mm512_fmadd_ps(f, e, _mm512_mul_ps(_mm512_set1_ps(C), s)), acc); \
+        __m512 mw;                                                                                          \
+        const __m512 dw = x16_dm(a, b, BYTES, &mw);                                                         \
+        return _mm512_fmadd_ps(mw, s, _mm512_fmadd_ps(dw, _mm512_mul_ps(f, e), acc));                       \
+    }                                                                                                       \
+    KVQ_TARGET_AVX512VNNI static void x16_mv_##ID(const void *w, size_t rb, const kvq_wx16 *xs, int64_t n,   \
+                                                 int64_t r0, int64_t r1, float *y) {                        \
+        const int64_t ng = n / 128;                                                                         \
+        const int tail = (int)(n / 32 % 4);                                                                 \
+        for (int64_t r = r0; r < r1; r++) {                                                                 \
+            const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;                                       \
+            __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                                 \
+            int64_t gi = 0;                                                                                 \
+            for (; gi + 2 <= ng; gi += 2) {                                                                 \
+                acc0 = x16_group_##ID(row + 4 * gi * (BYTES), 4, xs->g + 384 * gi, acc0);                   \
+                acc1 = x16_group_##ID(row + 4 * (gi + 1) * (BYTES), 4, xs->g + 384 * (gi + 1), acc1);       \
+            }                                                                                               \
+            if (gi < ng) acc0 = x16_group_##ID(row + 4 * gi * (BYTES), 4, xs->g + 384 * gi, acc0), gi++;    \
+            if (tail) acc1 = x16_group_##ID(row + 4 * gi * (BYTES), tail, xs->g + 384 * gi, acc1);          \
+            y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));                                    \
+        }                                                                                                   \
     }
-X16_MV(Q4_0, 18)
-X16_MV(Q4_1, 20)
-X16_MV(Q5_0, 22)
-X16_MV(Q5_1, 24)
-X16_MV(Q8_0, 34)
-#undef X16_MV
+X16_GROUP(Q4_0, 18, 2, 0, -8.0f)
+X16_GROUP(Q4_1, 20, 4, 0, 0.0f)
+X16_GROUP(Q5_0, 22, 6, 2, -16.0f)
+X16_GROUP(Q5_1, 24, 8, 4, 0.0f)
+#undef X16_GROUP
+
+/* acc + the kp (1..2) blocks of a q8_0 pair at p against x's pair xp:
+ * codes at bytes 2..33 and 36..67 by two 32-byte loads, d at words 0, 17. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512 x16_pair_Q8_0(const uint8_t *p, int kp, const uint8_t *xp,
+                                                                   __m512 acc) {
+    const __m512i a = _mm512_maskz_loadu_epi8(kp == 2 ? ~(__mmask64)0 : 0x3FFFFFFFFULL, p);
+    const __m256i cb = kp == 2 ? _mm256_loadu_si256((const __m256i *)(p + 36)) : _mm256_setzero_si256();
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 2))), cb, 1);
+    const __m512i u = _mm512_xor_si512(w, _mm512_set1_epi8((char)0x80));
+    __m512i acc_i = _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, _mm512_load_si512(xp)), 8);
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(acc_i, u, _mm512_load_si512(xp + 64)));
+    _Alignas(64) int16_t hx[32];
+    for (int k = 0; k < 32; k++) hx[k] = (int16_t)(k < 8 ? 0 : 17);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(hx), a)));
+    const __m512 e = _mm512_load_ps((const float *)(xp + 128)), s = _mm512_load_ps((const float *)(xp + 192));
+    return _mm512_fmadd_ps(dw, _mm512_fmadd_ps(f, e, _mm512_mul_ps(_mm512_set1_ps(-128.0f), s)), acc);
+}
+
+KVQ_TARGET_AVX512VNNI static void x16_mv_Q8_0(const void *w, size_t rb, const kvq_wx16 *xs, int64_t n, int64_t r0,
+                                             int64_t r1, float *y) {
+    const int64_t np = n / 64;
+    const int tail = (int)(n / 32 % 2);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+        int64_t i = 0;
+        for (; i + 2 <= np; i += 2) {
+            acc0 = x16_pair_Q8_0(row + 68 * i, 2, xs->p + 256 * i, acc0);
+            acc1 = x16_pair_Q8_0(row + 68 * (i + 1), 2, xs->p + 256 * (i + 1), acc1);
+        }
+        if (i < np) acc0 = x16_pair_Q8_0(row + 68 * i, 2, xs->p + 256 * i, acc0), i++;
+        if (tail) acc1 = x16_pair_Q8_0(row + 68 * i, 1, xs->p + 256 * i, acc1);
+        y[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+    }
+}
 
 KVQ_TARGET_AVX512VNNI void kvq_wmatvec_x16_avx512vnni(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
                                                       const kvq_wx16 *xs, int64_t n, int64_t r0, int64_t r1,

@@ -362,18 +362,27 @@ TEST(wtype_prep_x16_every_isa_is_bit_exact_and_within_e) {
         for (int64_t k = 0; k < n; k++)
             CHECKF(fabs(xhat[k] - x[k]) <= r.e[k / 32] * (1 + 1e-5), "n=%lld x[%lld]=%g -> %g", (long long)n,
                    (long long)k, x[k], xhat[k]);
-        /* Padding to 16 blocks: zero codes, scales and sums. */
-        const int64_t nb = n / 32, nb_pad = (n + 511) / 512 * 16;
+        /* Padding to 4 blocks: zero codes, scales and sums. */
+        const int64_t nb = n / 32, nb_pad = (n + 127) / 128 * 4;
         for (int64_t b = nb; b < nb_pad; b++) {
             CHECK(r.e[b] == 0.0f && r.s[b] == 0.0f);
             for (int j = 0; j < 32; j++) CHECK(r.h[32 * b + j] == 0 && r.l[32 * b + j] == 0);
         }
-        /* The group order holds the same codes. */
-        for (int64_t b = 0; b < nb_pad; b++)
+        /* The group and pair layouts hold the same codes, e and s per lane. */
+        for (int64_t b = 0; b < nb_pad; b++) {
+            const uint8_t *gg = r.g + 384 * (b / 4), *pp = r.p + 256 * (b / 2);
             for (int j = 0; j < 32; j++) {
-                const int8_t *gg = r.g + 256 * (b / 4) + 16 * (b % 4) + (j < 16 ? j : 64 + j - 16);
-                CHECK(gg[0] == r.h[32 * b + j] && gg[128] == r.l[32 * b + j]);
+                const int gj = 16 * (int)(b % 4) + (j < 16 ? j : 64 + j - 16), pj = 32 * (int)(b % 2) + j;
+                CHECK((int8_t)gg[gj] == r.h[32 * b + j] && (int8_t)gg[128 + gj] == r.l[32 * b + j]);
+                CHECK((int8_t)pp[pj] == r.h[32 * b + j] && (int8_t)pp[64 + pj] == r.l[32 * b + j]);
             }
+            float ge[16], gs[16], pe[16], ps[16];
+            memcpy(ge, gg + 256, 64), memcpy(gs, gg + 320, 64), memcpy(pe, pp + 128, 64), memcpy(ps, pp + 192, 64);
+            for (int k = 0; k < 4; k++)
+                CHECK(ge[4 * (b % 4) + k] == r.e[b] && gs[4 * (b % 4) + k] == r.s[b] / 4);
+            for (int k = 0; k < 8; k++)
+                CHECK(pe[8 * (b % 2) + k] == r.e[b] && ps[8 * (b % 2) + k] == r.s[b] / 8);
+        }
         for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) {
             if (!kvq_isa_supported((kvq_isa)isa)) continue;
             memset(got, 0xCD, bytes);
