@@ -235,7 +235,7 @@ static void fill_f32(uint8_t *dst, float v, int n) {
 
 kvq_wx16 kvq_wtype_prep_x16(kvq_isa isa, const float *x, int64_t n, void *scratch) {
     const int64_t pad = (n + 127) / 128 * 128, nb = n / 32;
-    uint8_t *g = scratch, *p = g + 3 * pad;
+    uint8_t *g = scratch, *p = g + 6 * pad;
     int8_t *h = (int8_t *)(p + 4 * pad), *l = h + pad;
     float *e = (float *)(l + pad), *s = e + pad / 32;
 #if KVQ_HAVE_X86
@@ -247,15 +247,22 @@ kvq_wx16 kvq_wtype_prep_x16(kvq_isa isa, const float *x, int64_t n, void *scratc
 #endif
     memset(h + n, 0, (size_t)(pad - n)), memset(l + n, 0, (size_t)(pad - n));
     for (int64_t b = nb; b < pad / 32; b++) e[b] = s[b] = 0.0f;
-    for (int64_t b = 0; b < pad / 32; b++) {
-        const int8_t *hb = h + 32 * b, *lb = l + 32 * b;
-        uint8_t *gg = g + 384 * (b / 4), *pp = p + 256 * (b / 2);
-        const int j = (int)(b % 4), k = (int)(b % 2);
-        memcpy(gg + 16 * j, hb, 16), memcpy(gg + 64 + 16 * j, hb + 16, 16);
-        memcpy(gg + 128 + 16 * j, lb, 16), memcpy(gg + 192 + 16 * j, lb + 16, 16);
-        fill_f32(gg + 256 + 16 * j, e[b], 4), fill_f32(gg + 320 + 16 * j, s[b] / 4.0f, 4);
-        memcpy(pp + 32 * k, hb, 32), memcpy(pp + 64 + 32 * k, lb, 32);
+    for (int64_t b = 0; b < pad / 32; b++) { /* pairs */
+        uint8_t *pp = p + 256 * (b / 2);
+        const int k = (int)(b % 2);
+        memcpy(pp + 32 * k, h + 32 * b, 32), memcpy(pp + 64 + 32 * k, l + 32 * b, 32);
         fill_f32(pp + 128 + 32 * k, e[b], 8), fill_f32(pp + 192 + 32 * k, s[b] / 8.0f, 8);
+    }
+    const int twice = nb % 4 == 2;
+    for (int64_t q = 0; q < 2 * pad / 32; q++) { /* groups: slot q of x, or of x twice; -1: zeros */
+        const int64_t b = twice ? (q < 2 * nb ? q % nb : -1) : (q < nb ? q : -1);
+        uint8_t *gg = g + 384 * (q / 4) + 16 * (q % 4);
+        for (int part = 0; part < 4; part++) { /* h 0-15, h 16-31, l 0-15, l 16-31 */
+            if (b < 0) memset(gg + 64 * part, 0, 16);
+            else memcpy(gg + 64 * part, (part < 2 ? h : l) + 32 * b + 16 * (part % 2), 16);
+        }
+        fill_f32(gg + 256, b < 0 ? 0.0f : e[b], 4);
+        fill_f32(gg + 320, b < 0 ? 0.0f : s[b] / 4.0f, 4);
     }
     return (kvq_wx16){g, p, h, l, e, s};
 }

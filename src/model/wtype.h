@@ -96,12 +96,15 @@ typedef struct kvq_wxq {
  * - g: per group of 4 blocks, 384 bytes: h of values 0-15 of each block
  *   (4 x 16 bytes), h of values 16-31, l likewise (the nibble order of
  *   q4/q5 codes), then per 32-bit lane (lanes 4j..4j+3 are block j's) e
- *   and s / 4 as 16 floats each;
+ *   and s / 4 as 16 floats each. Where n / 32 = 2 mod 4 (576 values: 18
+ *   blocks) the groups run over x twice, so a pair of contiguous rows is
+ *   whole groups (the middle one holds the last 2 blocks of the first row
+ *   and the first 2 of the second); zero blocks after;
  * - p: per pair of blocks, 256 bytes: h of both (64 bytes), l of both,
  *   then per lane (0-7 the first block's, 8-15 the second's) e and s / 8
  *   (q8_0). */
 typedef struct kvq_wx16 {
-    const uint8_t *g; /* (n_pad / 128, 384 bytes) */
+    const uint8_t *g; /* (2 n_pad / 128, 384 bytes) */
     const uint8_t *p; /* (n_pad / 64, 256 bytes) */
     const int8_t *h;  /* (n_pad) h in natural order */
     const int8_t *l;  /* (n_pad) l in natural order */
@@ -177,7 +180,7 @@ int kvq_wtype_x16_fast(kvq_isa isa);
 /* Scratch bytes kvq_wtype_prep_x16 needs for n values (a multiple of 32). */
 static inline size_t kvq_wtype_prep_x16_bytes(int64_t n) {
     const size_t pad = (size_t)((n + 127) / 128 * 128);
-    return 9 * pad + 2 * sizeof(float) * (pad / 32);
+    return 12 * pad + 2 * sizeof(float) * (pad / 32);
 }
 
 /* Prepares one token's x: (n) finite floats, n a multiple of 32, into

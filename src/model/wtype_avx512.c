@@ -704,7 +704,27 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 x16_d(__m512i a, __m512i b, in
                                                  int64_t r0, int64_t r1, float *y) {                        \
         const int64_t ng = n / 128;                                                                         \
         const int tail = (int)(n / 32 % 4);                                                                 \
-        for (int64_t r = r0; r < r1; r++) {                                                                 \
+        int64_t r = r0;                                                                                     \
+        /* 2 blocks over whole groups (kvq_wx16.g): a row pair is 2 ng + 1 groups, the middle one split. */ \
+        if (tail == 2 && rb == (size_t)(n / 32 * (BYTES)))                                                  \
+            for (; r + 2 <= r1; r += 2) {                                                                   \
+                const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;                                   \
+                __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;                                 \
+                for (int64_t gi = 0; gi < ng; gi++) {                                                       \
+                    a0 = x16_group_##ID(row + 4 * gi * (BYTES), 4, xs->g + 384 * gi, a0);                   \
+                    b0 = x16_group_##ID(row + 4 * (gi + ng + 1) * (BYTES), 4, xs->g + 384 * (gi + ng + 1), b0); \
+                    const __m512 t = a0;                                                                    \
+                    a0 = a1, a1 = t;                                                                        \
+                    const __m512 u = b0;                                                                    \
+                    b0 = b1, b1 = u;                                                                        \
+                }                                                                                           \
+                const __m512 mid = x16_group_##ID(row + 4 * ng * (BYTES), 4, xs->g + 384 * ng, _mm512_setzero_ps()); \
+                a0 = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_maskz_mov_ps(0x00FF, mid));                \
+                b0 = _mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_maskz_mov_ps(0xFF00, mid));                \
+                y[r - r0] = _mm512_reduce_add_ps(a0);                                                       \
+                y[r + 1 - r0] = _mm512_reduce_add_ps(b0);                                                   \
+            }                                                                                               \
+        for (; r < r1; r++) {                                                                               \
             const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;                                       \
             __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                                 \
             int64_t gi = 0;                                                                                 \

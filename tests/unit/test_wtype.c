@@ -345,7 +345,7 @@ static void x16_values(const kvq_wx16 *xs, int64_t n, double *xhat) {
 }
 
 TEST(wtype_prep_x16_every_isa_is_bit_exact_and_within_e) {
-    static const int64_t ns[] = {32, 544, 576, 4608};
+    static const int64_t ns[] = {32, 64, 544, 576, 4608};
     for (size_t li = 0; li < KVQ_ARRAY_LEN(ns); li++) {
         const int64_t n = ns[li];
         const size_t bytes = kvq_wtype_prep_x16_bytes(n);
@@ -368,20 +368,30 @@ TEST(wtype_prep_x16_every_isa_is_bit_exact_and_within_e) {
             CHECK(r.e[b] == 0.0f && r.s[b] == 0.0f);
             for (int j = 0; j < 32; j++) CHECK(r.h[32 * b + j] == 0 && r.l[32 * b + j] == 0);
         }
-        /* The group and pair layouts hold the same codes, e and s per lane. */
+        /* The pair and group layouts hold the same codes, e and s per lane;
+         * groups run over x twice where n / 32 = 2 mod 4, zeros after. */
         for (int64_t b = 0; b < nb_pad; b++) {
-            const uint8_t *gg = r.g + 384 * (b / 4), *pp = r.p + 256 * (b / 2);
+            const uint8_t *pp = r.p + 256 * (b / 2);
             for (int j = 0; j < 32; j++) {
-                const int gj = 16 * (int)(b % 4) + (j < 16 ? j : 64 + j - 16), pj = 32 * (int)(b % 2) + j;
-                CHECK((int8_t)gg[gj] == r.h[32 * b + j] && (int8_t)gg[128 + gj] == r.l[32 * b + j]);
+                const int pj = 32 * (int)(b % 2) + j;
                 CHECK((int8_t)pp[pj] == r.h[32 * b + j] && (int8_t)pp[64 + pj] == r.l[32 * b + j]);
             }
-            float ge[16], gs[16], pe[16], ps[16];
-            memcpy(ge, gg + 256, 64), memcpy(gs, gg + 320, 64), memcpy(pe, pp + 128, 64), memcpy(ps, pp + 192, 64);
+            float pe[16], ps[16];
+            memcpy(pe, pp + 128, 64), memcpy(ps, pp + 192, 64);
+            for (int k = 0; k < 8; k++) CHECK(pe[8 * (b % 2) + k] == r.e[b] && ps[8 * (b % 2) + k] == r.s[b] / 8);
+        }
+        const int twice = nb % 4 == 2;
+        for (int64_t q = 0; q < 2 * nb_pad; q++) {
+            const int64_t b = twice ? (q < 2 * nb ? q % nb : -1) : (q < nb ? q : -1);
+            const uint8_t *gg = r.g + 384 * (q / 4);
+            for (int j = 0; j < 32; j++) {
+                const int gj = 16 * (int)(q % 4) + (j < 16 ? j : 64 + j - 16);
+                CHECK((int8_t)gg[gj] == (b < 0 ? 0 : r.h[32 * b + j]) && (int8_t)gg[128 + gj] == (b < 0 ? 0 : r.l[32 * b + j]));
+            }
+            float ge[16], gs[16];
+            memcpy(ge, gg + 256, 64), memcpy(gs, gg + 320, 64);
             for (int k = 0; k < 4; k++)
-                CHECK(ge[4 * (b % 4) + k] == r.e[b] && gs[4 * (b % 4) + k] == r.s[b] / 4);
-            for (int k = 0; k < 8; k++)
-                CHECK(pe[8 * (b % 2) + k] == r.e[b] && ps[8 * (b % 2) + k] == r.s[b] / 8);
+                CHECK(ge[4 * (q % 4) + k] == (b < 0 ? 0.0f : r.e[b]) && gs[4 * (q % 4) + k] == (b < 0 ? 0.0f : r.s[b] / 4));
         }
         for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) {
             if (!kvq_isa_supported((kvq_isa)isa)) continue;
@@ -399,7 +409,7 @@ TEST(wtype_prep_x16_every_isa_is_bit_exact_and_within_e) {
  * float x within the rounding of x (e per value). */
 TEST(wtype_int16_route_every_path_matches_reference) {
     const int64_t rows = 23, r0 = 2, r1 = 21;
-    static const int64_t ns[] = {32, 96, 544, 576, 1536, 4608};
+    static const int64_t ns[] = {32, 64, 96, 544, 576, 1536, 4608};
     for (int i = 0; i < kvq_wtype_count(); i++) {
         const kvq_wtype_traits *t = kvq_wtype_at(i);
         CHECK(!t->matvec_x16[0] == (t->block_size != 32));
