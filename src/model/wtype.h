@@ -4,9 +4,9 @@
  * the table. A weight matrix is stored as rows of n values of one type, each
  * row n / block_size blocks (row_bytes = n / block_size * block_bytes).
  *
- * Two routes:
+ * Three routes:
  * - float x, every type: t->matvec / t->matmul read x as floats. This is
- *   the exact route (decode, and prefill when exactness is asked for):
+ *   the exact route (prefill by default, decode with float_decode):
  *   the 32-value block types dequantize in registers and FMA with x
  *   (w . x = d (u . x) + c (sum of the block's x), block sums of x shared
  *   by every row); matmul dequantizes a tile of rows once and reuses it
@@ -20,6 +20,11 @@
  *   types (NULL otherwise); the caller prepares x once with
  *   kvq_wtype_prep_x() and every thread runs its row range on the same
  *   prepared x.
+ * - int16 x, the same types, one token: x quantized to 16-bit codes per
+ *   block of 32 held as two int8 planes (kvq_wx16, kvq_wtype_prep_x16),
+ *   256 times finer than the integer route; t->matvec_x16. Decode's route
+ *   where kvq_wtype_x16_fast(): the float-x matvec is compute-bound
+ *   below the read bandwidth, the integer one is not.
  * Kernels never allocate, never fail and create no threads; the caller
  * validates shapes once with kvq_wtype_check_n().
  *
@@ -38,7 +43,11 @@
  * max |x| of the block / 127, so for it against the float reference
  *     |y - W x| <= sum_blocks (max|x_b| / 254) * sum_{k in b} |W[r,k]| + the above;
  * measured on outlier-channel activations this is ~1e-3 .. 1e-2 of
- * sum_k |W[r,k] x[k]| (ggml's CPU backend makes the same trade).
+ * sum_k |W[r,k] x[k]| (ggml's CPU backend makes the same trade). The
+ * int16 kernels meet the first bound against the int16 reference on x^ =
+ * e (256 h + l), and x^ differs from x by at most e = max|x_b| / 32512:
+ *     |y - W x| <= sum_blocks e_b * sum_{k in b} |W[r,k]| + the above
+ * (both checked by tests/unit/test_wtype.c).
  */
 #ifndef KVQ_WTYPE_H
 #define KVQ_WTYPE_H
