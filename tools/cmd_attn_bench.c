@@ -15,7 +15,7 @@
 #include "cli.h"
 #include "kvq.h"
 
-#define MAX_LIST 16
+#define MAX_LIST 32
 #define BW_BYTES (2ull << 30)
 
 typedef struct {
@@ -178,9 +178,17 @@ static double cv(const double *x, int n) {
     return n > 1 ? sqrt(var / (n - 1)) / mean : 0;
 }
 
-static int split_list(char *text, const char **items) {
+/* The items of a comma list, or -1 (with a message) past MAX_LIST: a list
+ * is never cut short silently. */
+static int split_list(const char *opt, char *text, const char **items) {
     int n = 0;
-    for (char *tok = strtok(text, ","); tok && n < MAX_LIST; tok = strtok(NULL, ",")) items[n++] = tok;
+    for (char *tok = strtok(text, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == MAX_LIST) {
+            fprintf(stderr, "kvq attn-bench: %s takes at most %d items\n", opt, MAX_LIST);
+            return -1;
+        }
+        items[n++] = tok;
+    }
     return n;
 }
 
@@ -207,7 +215,7 @@ static void usage(FILE *f) {
 int cmd_attn_bench(int argc, char **argv) {
     shape sh = shapes[0];
     const char *depth_s[MAX_LIST], *ctk[MAX_LIST], *ctv[MAX_LIST], *thr_s[MAX_LIST];
-    char dbuf[256] = "4096,32768", kbuf[256] = "f16", vbuf[256] = "", tbuf[256] = "1";
+    char dbuf[1024] = "4096,32768", kbuf[1024] = "f16", vbuf[1024] = "", tbuf[1024] = "1";
     long reps = 10, prefill = 0, v;
     int json = 0;
     for (int i = 1; i < argc; i++) {
@@ -233,7 +241,10 @@ int cmd_attn_bench(int argc, char **argv) {
         else if (!strcmp(a, "--n-head") && cli_parse_int(a, val, 1, 1024, &v)) sh.n_head = (int)v, sh.name = "custom";
         else if (!strcmp(a, "--n-kv-head") && cli_parse_int(a, val, 1, 1024, &v)) sh.n_kv_head = (int)v, sh.name = "custom";
         else if (!strcmp(a, "--head-dim") && cli_parse_int(a, val, 32, 512, &v)) sh.head_dim = (int)v, sh.name = "custom";
-        else if (!strcmp(a, "-d")) snprintf(dbuf, sizeof dbuf, "%s", val);
+        else if (strlen(val) >= sizeof dbuf && (!strcmp(a, "-d") || !strcmp(a, "-t") || strstr(a, "ct"))) {
+            fprintf(stderr, "kvq attn-bench: %s: list longer than %zu characters\n", a, sizeof dbuf - 1);
+            return 2;
+        } else if (!strcmp(a, "-d")) snprintf(dbuf, sizeof dbuf, "%s", val);
         else if (!strcmp(a, "--ctk") || !strcmp(a, "-ctk")) snprintf(kbuf, sizeof kbuf, "%s", val);
         else if (!strcmp(a, "--ctv") || !strcmp(a, "-ctv")) snprintf(vbuf, sizeof vbuf, "%s", val);
         else if (!strcmp(a, "-t")) snprintf(tbuf, sizeof tbuf, "%s", val);
@@ -246,9 +257,11 @@ int cmd_attn_bench(int argc, char **argv) {
             return 2;
         }
     }
-    const int nd = split_list(dbuf, depth_s), nk = split_list(kbuf, ctk), nt = split_list(tbuf, thr_s);
+    const int nd = split_list("-d", dbuf, depth_s), nk = split_list("--ctk", kbuf, ctk);
+    const int nt = split_list("-t", tbuf, thr_s);
     const int paired = vbuf[0] == '\0';
-    const int nv = paired ? 1 : split_list(vbuf, ctv);
+    const int nv = paired ? 1 : split_list("--ctv", vbuf, ctv);
+    if (nd < 0 || nk < 0 || nt < 0 || nv < 0) return 2;
     long depths[MAX_LIST], threads[MAX_LIST];
     for (int i = 0; i < nd; i++)
         if (!cli_parse_int("-d", depth_s[i], 1, 1 << 24, &depths[i])) return 2;
