@@ -448,3 +448,19 @@ TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
         if (kvq_test_failed()) return;
     }
 }
+
+/* kvq_alloc_aligned: 64-byte aligned and writable on both sides of its
+ * mmap threshold; 0 and overflowing sizes give NULL; NULL frees. */
+TEST(alloc_aligned_small_large_and_refused) {
+    static const size_t sizes[] = {1, 100, (256 << 10) - 64 - 63, (256 << 10) - 64, 256 << 10, 10u << 20};
+    for (size_t i = 0; i < KVQ_ARRAY_LEN(sizes); i++) {
+        unsigned char *p = kvq_alloc_aligned(sizes[i]);
+        CHECKF(p && ((uintptr_t)p & 63) == 0, "size %zu: %p", sizes[i], (void *)p);
+        if (p) memset(p, 0xA5, sizes[i]);
+        kvq_free_aligned(p);
+    }
+    CHECK(kvq_alloc_aligned(0) == NULL);
+    CHECK(kvq_alloc_aligned(SIZE_MAX) == NULL);
+    CHECK(kvq_alloc_aligned(SIZE_MAX - 100) == NULL);
+    kvq_free_aligned(NULL);
+}
