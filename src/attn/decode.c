@@ -379,8 +379,10 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     }
     c.in_place = c.kern.fused && c.fmt[0] >= 0 && c.fmt[1] >= 0 && n_q <= FUSED_MAX_QUERIES && !L->interleaved;
     c.vnni = c.kern.vnni && L->interleaved && n_q <= FUSED_MAX_QUERIES;
-    c.k_kind = itile_kind(L->codec[0]);
-    c.v_kind = itile_kind(L->codec[1]);
+    if (c.vnni) {
+        c.k_kind = itile_kind(L->codec[0]);
+        c.v_kind = itile_kind(L->codec[1]);
+    }
     const int n_workers = kvq_threadpool_size(pool);
     const size_t n_tasks = (size_t)H * c.tasks_per_head;
     const size_t qn = (size_t)n_q * n_head * d;

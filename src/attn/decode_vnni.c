@@ -62,6 +62,13 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void nibble_codes(const int KIND,
     }
 }
 
+/* The code vector at base + o, prefetching the same line of the next tile
+ * (pf, or NULL): tiles of a stream share the layout. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i load_line(const uint8_t *base, const uint8_t *pf, size_t o) {
+    if (pf) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+    return _mm512_loadu_si512(base + o);
+}
+
 /* Bytes of a K group of 16 tokens, and of a tile's codes before its scales. */
 static inline size_t k_group_bytes(int q8, int nb) { return (size_t)16 * nb * (q8 ? 34 : 18); }
 static inline size_t k_group_codes(int q8, int nb) { return (size_t)16 * nb * (q8 ? 32 : 16); }
@@ -100,8 +107,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
 #pragma GCC unroll 4
                 for (int m = 0; m < 4; m++) {
                     const size_t o = (size_t)(4 * b + m) * 64;
-                    if (pg) _mm_prefetch((const char *)pg + o, _MM_HINT_T0);
-                    const __m512i z = _mm512_loadu_si512(grp + o);
+                    const __m512i z = load_line(grp, pg, o);
                     __m512i c0, c1;
                     nibble_codes(KIND, z, lut, &c0, &c1);
 #pragma GCC unroll 8
@@ -115,8 +121,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
 #pragma GCC unroll 8
                 for (int m = 0; m < 8; m++) {
                     const size_t o = (size_t)(8 * b + m) * 64;
-                    if (pg) _mm_prefetch((const char *)pg + o, _MM_HINT_T0);
-                    const __m512i z = _mm512_loadu_si512(grp + o);
+                    const __m512i z = load_line(grp, pg, o);
 #pragma GCC unroll 8
                     for (int g = 0; g < G; g++) {
                         a[g] = _mm512_dpbusd_epi32(a[g], z, _mm512_set1_epi32(ld32(q[g].q[0] + 32 * b + 4 * m)));
@@ -198,8 +203,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
                 if (b >= nb) break;
                 if (!VQ8) {
                     const size_t o = ((size_t)j * nb + b) * 64;
-                    if (pf) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
-                    const __m512i z = _mm512_loadu_si512(vt + o);
+                    const __m512i z = load_line(vt, pf, o);
                     __m512i c0, c1;
                     nibble_codes(KIND, z, lut, &c0, &c1);
 #pragma GCC unroll 8
@@ -212,8 +216,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
 #pragma GCC unroll 2
                     for (int half = 0; half < 2; half++) {
                         const size_t o = ((size_t)j * 2 * nb + 2 * b + half) * 64;
-                        if (pf) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
-                        const __m512i z = _mm512_loadu_si512(vt + o);
+                        const __m512i z = load_line(vt, pf, o);
 #pragma GCC unroll 8
                         for (int g = 0; g < G; g++)
                             a[g][2 * kb + half] =

@@ -143,7 +143,7 @@ kvq_status kvq_kv_session_write(FILE *f, const kvq_session_fp *fp, const kvq_kv 
             /* Files hold codec rows whatever the tile layout, so they load
              * on hosts that lay tiles out differently. */
             for (int t = 0; t < L->n_tiles && !w.failed; t++) {
-                kvq_kv_tile_rows(L, s & 1, (int)T, st->tiles[t], 0, (int)T, rows);
+                kvq_kv_tile_rows(L, s & 1, (int)T, st->tiles[t], rows);
                 put(&w, rows, T * row);
             }
             put(&w, st->stage, (size_t)staged * d * 2);

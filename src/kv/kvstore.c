@@ -258,9 +258,9 @@ int kvq_kv_n_tokens(const kvq_kv *kv, int layer) {
 static void tile_row(const kvq_kv_layer *L, int T, int s, int t, int r, float *y) {
     const kvq_codec *c = L->codec[s & 1];
     const kvq_kv_stream *st = &L->streams[s];
-    uint8_t row[KVQ_KV_MAX_ROW_BYTES];
-    kvq_kv_tile_rows(L, s & 1, T, st->tiles[t], r, 1, row);
-    kvq_codec_decode_row(c, row, y);
+    uint8_t row[KVQ_KV_MAX_ILEAVED_ROW];
+    if (L->interleaved) kvq_kv_tile_unpack_row(c, s & 1, T, st->tiles[t], r, row);
+    kvq_codec_decode_row(c, L->interleaved ? row : st->tiles[t] + (size_t)r * c->row_bytes, y);
     if (L->centered[s & 1])
         for (int i = 0; i < c->head_dim; i++) y[i] += st->mean[i];
 }

@@ -5,8 +5,8 @@
 #include "codec/codec_impl.h"
 
 #define KVQ_KV_MAX_TILE 256
-/* Bytes of the widest codec row (f32 at the widest head). */
-#define KVQ_KV_MAX_ROW_BYTES (4 * KVQ_MAX_HEAD_DIM + 64)
+/* Bytes of the widest row an interleaved tile holds (q8_0 at the widest head). */
+#define KVQ_KV_MAX_ILEAVED_ROW (34 * KVQ_MAX_HEAD_DIM / 32)
 
 /* K or V of one (layer, kv head). Its tiles are carved in order from its
  * own segments, so consecutive tiles are consecutive in memory and decode
@@ -61,9 +61,8 @@ void kvq_kv_tile_unpack_row(const kvq_codec *c, int side, int T, const uint8_t *
 /* A whole interleaved tile decoded to floats y (T, head_dim), bit-exact with
  * the codec's row decode of the unpacked rows (attention's scratch path). */
 void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y);
-/* Rows r0 .. r0 + n - 1 of a tile of layer L as codec rows, whatever the
- * layer's layout. */
-void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *tile, int r0, int n, uint8_t *rows);
+/* The T rows of a tile of layer L as codec rows, whatever the layer's layout. */
+void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *tile, uint8_t *rows);
 
 /* Makes room for tiles 0..n_tiles-1 in every stream of a layer without
  * changing what it holds (session load fills them in place). */

@@ -118,13 +118,13 @@ void kvq_kv_tile_unpack_row(const kvq_codec *c, int side, int T, const uint8_t *
     }
 }
 
-void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *tile, int r0, int n, uint8_t *rows) {
+void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *tile, uint8_t *rows) {
     const kvq_codec *c = L->codec[side];
     if (!L->interleaved) {
-        memcpy(rows, tile + (size_t)r0 * c->row_bytes, (size_t)n * c->row_bytes);
+        memcpy(rows, tile, (size_t)T * c->row_bytes);
         return;
     }
-    for (int r = 0; r < n; r++) kvq_kv_tile_unpack_row(c, side, T, tile, r0 + r, rows + (size_t)r * c->row_bytes);
+    for (int r = 0; r < T; r++) kvq_kv_tile_unpack_row(c, side, T, tile, r, rows + (size_t)r * c->row_bytes);
 }
 
 /* Value of code u (as the layout stores it) times d, as the codec's row
