@@ -610,6 +610,17 @@ KVQ_TARGET_AVX512 void kvq_wquantize_x16_avx512(const float *x, int64_t n, int8_
     }
 }
 
+/* Decode reads each weight once, straight from memory, and the kernel's
+ * work per byte left the hardware prefetchers too few misses in flight:
+ * fetching the rows X16_PREFETCH bytes ahead as each row starts took the
+ * model's matvecs from 7.6 to 6.3 ms per token at 2 threads (1 thread
+ * 13.5 -> 10.8; 1.5 to 8 KiB ahead all within noise of each other).
+ * Prefetches past the matrix are harmless (they never fault). */
+#define X16_PREFETCH 3072
+KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void x16_prefetch(const uint8_t *row, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)row + X16_PREFETCH + o, _MM_HINT_T0);
+}
+
 /* Loads the first nbytes (0..128) of p as two vectors, zero past them. */
 KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void load_upto128(const uint8_t *p, int nbytes, __m512i *a, __m512i *b) {
     const __mmask64 ma = nbytes >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << nbytes) - 1;
@@ -709,6 +720,7 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 x16_d(__m512i a, __m512i b, in
         if (tail == 2 && rb == (size_t)(n / 32 * (BYTES)))                                                  \
             for (; r + 2 <= r1; r += 2) {                                                                   \
                 const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;                                   \
+                x16_prefetch(row, 2 * rb);                                                                  \
                 __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;                                 \
                 for (int64_t gi = 0; gi < ng; gi++) {                                                       \
                     a0 = x16_group_##ID(row + 4 * gi * (BYTES), 4, xs->g + 384 * gi, a0);                   \
@@ -726,6 +738,7 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 x16_d(__m512i a, __m512i b, in
             }                                                                                               \
         for (; r < r1; r++) {                                                                               \
             const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;                                       \
+            x16_prefetch(row, rb);                                                                          \
             __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                                 \
             int64_t gi = 0;                                                                                 \
             for (; gi + 2 <= ng; gi += 2) {                                                                 \
@@ -766,6 +779,7 @@ KVQ_TARGET_AVX512VNNI static void x16_mv_Q8_0(const void *w, size_t rb, const kv
     const int tail = (int)(n / 32 % 2);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;
+        x16_prefetch(row, rb);
         __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
         int64_t i = 0;
         for (; i + 2 <= np; i += 2) {
