@@ -41,6 +41,8 @@ struct kvq_kv {
     kvq_kv_layer *layers;   /* (n_layer) */
     size_t max_row_bytes;   /* of the codecs in use */
     uint8_t *rows;          /* (tile_tokens, max_row_bytes) flush's codec rows before packing */
+    float *tile;            /* (tile_tokens, head_dim) flush's staging tile as floats */
+    kvq_codec *f16;         /* staging's f32 <-> f16 rows (the f16 codec: SIMD, bit-exact with fp16.h) */
 };
 
 /* Tokens of a layer in the sinks, the compressed tiles and the staging

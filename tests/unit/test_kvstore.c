@@ -205,8 +205,17 @@ TEST(kvstore_rejects_bad_input) {
             CHECK(kvq_kv_append(kv, 0, x, x) == KVQ_ERR_NONFINITE);
             x[5] = 1e6f;
             CHECK(kvq_kv_append(kv, 0, x, x) == KVQ_ERR_RANGE);
-            CHECK(kvq_kv_n_tokens(kv, 0) == 0);
             x[5] = 0;
+            x[2 * 64 - 1] = -INFINITY; /* the last value of the last head */
+            CHECK(kvq_kv_append(kv, 0, x, x) == KVQ_ERR_NONFINITE);
+            x[3] = 70000.0f; /* the first offender names the error */
+            CHECK(kvq_kv_append(kv, 0, x, x) == KVQ_ERR_RANGE);
+            x[3] = 65504.0f; /* f16's largest value is accepted */
+            x[2 * 64 - 1] = 0;
+            CHECK_OK(kvq_kv_append(kv, 0, x, x));
+            CHECK_OK(kvq_kv_truncate(kv, 0));
+            CHECK(kvq_kv_n_tokens(kv, 0) == 0);
+            x[3] = 0;
         }
         kvq_kv_free(kv);
     }
