@@ -61,31 +61,38 @@ typedef void (*kvq_attn_block_fn)(int R, const kvq_attn_qrow *rows, int d, int n
                                   const kvq_attn_rows *v);
 
 /* A query head prepared for the integer kernel: per 32-dim block, int8
- * values with scale max|q| / 127 and their residual ((q / scale - q8) x 254,
+ * values with scale max|q| / 127 (one_scale: max over the whole head, every
+ * block's scale the same) and their residual ((q / scale - q8) x 254,
  * int8), each with -off x (sum of the block's int8 values) for K codes
- * stored as value + off. */
+ * stored as value + off; off_all sums the int8 values' terms over blocks. */
 typedef struct kvq_attn_qi8 {
     _Alignas(64) int8_t q[2][KVQ_MAX_HEAD_DIM];
     float scale[KVQ_MAX_HEAD_DIM / 32];
     int32_t off[2][KVQ_MAX_HEAD_DIM / 32];
+    int32_t off_all;
 } kvq_attn_qi8;
 
-void kvq_attn_qi8_prepare(const float *q, int d, int code_off, kvq_attn_qi8 *out);
+void kvq_attn_qi8_prepare(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out);
 
 /* One interleaved K tile and V tile (tile_layout.c) of T tokens (a multiple
- * of 16) of q4_0, q8_0 or iq4_nl, with the next tiles of their streams to prefetch (or NULL). */
-enum { KVQ_ITILE_Q4_0, KVQ_ITILE_Q8_0, KVQ_ITILE_IQ4_NL };
+ * of 16) of q4_0, q8_0, iq4_nl or a rotated codec of 2, 3 or 4 bits, with
+ * the next tiles of their streams to prefetch (or NULL). iq4_nl and the
+ * rotated kinds index a table of 16 u8 codes (codebook value x 1 / unit,
+ * rounded, + 128); a code c stands for (c - 128) x unit. */
+enum { KVQ_ITILE_Q4_0, KVQ_ITILE_Q8_0, KVQ_ITILE_IQ4_NL, KVQ_ITILE_ROT2, KVQ_ITILE_ROT3, KVQ_ITILE_ROT4, KVQ_ITILE_COUNT };
 typedef struct kvq_attn_itiles {
     const uint8_t *k, *v, *k_next, *v_next;
     int T;
-    int k_kind, v_kind; /* KVQ_ITILE_* */
+    int k_kind, v_kind;      /* KVQ_ITILE_* */
+    const uint8_t *lut[2];   /* K / V code tables (16), where the kind has one */
+    float unit[2];           /* K / V: the value of one step of a table's codes */
 } kvq_attn_itiles;
 
 /* Online-softmax attention of G <= KVQ_ATTN_MAX_G query heads over the first
  * n tokens of interleaved tiles, with vpdpbusd: scores from the int8 query
  * (and its residual where K is q8_0), P x V from the softmax weights times
- * each token's V scale rounded to 8 bits per (head, block, tile). Same
- * running state as kvq_attn_tile_fn. */
+ * each token's V scale rounded to 8 bits per (head, block, tile) (rotated
+ * V: per (head, tile)). Same running state as kvq_attn_tile_fn. */
 typedef void (*kvq_attn_vnni_fn)(int G, int d, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *t, float *m,
                                  float *l, float *acc);
 

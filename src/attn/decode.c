@@ -126,6 +126,8 @@ typedef struct run_ctx {
     int in_place;      /* the fused kernel reads the tiles' rows in place (see FUSED_MAX_QUERIES) */
     int vnni;          /* the integer kernel reads the interleaved tiles in place (same rule) */
     int k_kind, v_kind; /* KVQ_ITILE_* of the K / V tiles, when vnni */
+    uint8_t icodes[2][16]; /* K / V code tables of the integer kernel (kvq_attn_itiles.lut) */
+    float iunit[2];        /* K / V: their step (kvq_attn_itiles.unit) */
     float lut[2][16];  /* K / V row tables (kvq_attn_rows.lut) */
     const float *qd;   /* (n_q, n_head, head_dim) scaled, in the K domain */
     const float *qr;   /* (n_q, n_head, head_dim) scaled, original space */
@@ -142,7 +144,7 @@ static void decode_tile(const run_ctx *rc, int side, const uint8_t *src, float *
     const kvq_codec *c = rc->L->codec[side];
     const int n = rc->T;
     if (rc->L->interleaved) {
-        kvq_kv_tile_decode(c, side, n, src, y); /* ggml codecs: the domain is the identity */
+        kvq_kv_tile_decode(c, side, n, src, y); /* attention-domain values, as decode_tile_domain's */
     } else if (c->qjl) {
         for (int r = 0; r < n; r++) kvq_codec_decode_row(c, src + (size_t)r * c->row_bytes, y + (size_t)r * c->head_dim);
     } else {
@@ -247,7 +249,8 @@ static void run_task(int task, int worker, void *arg) {
         if (c->vnni) {
             const int more = t + 1 < t_end;
             const kvq_attn_itiles it = {sk->tiles[t], sv->tiles[t], more ? sk->tiles[t + 1] : NULL,
-                                        more ? sv->tiles[t + 1] : NULL, T, c->k_kind, c->v_kind};
+                                        more ? sv->tiles[t + 1] : NULL, T, c->k_kind, c->v_kind,
+                                        {c->icodes[0], c->icodes[1]}, {c->iunit[0], c->iunit[1]}};
             attend_itiles(c, kvh, pos, &it, part);
             continue;
         }
@@ -292,8 +295,41 @@ static void run_task(int task, int worker, void *arg) {
 
 /* The integer kernel's name for an interleavable codec. */
 static int itile_kind(const kvq_codec *c) {
+    if (c->desc->family == &kvq_family_rot) return KVQ_ITILE_ROT2 + ((const kvq_rot_state *)c->state)->bits - 2;
     return c->desc->param == KVQ_GGML_Q8_0 ? KVQ_ITILE_Q8_0 : c->desc->param == KVQ_GGML_IQ4_NL ? KVQ_ITILE_IQ4_NL
                                                                                              : KVQ_ITILE_Q4_0;
+}
+
+/* The integer kernel's code table of a kind (kvq_attn_itiles.lut): iq4_nl's
+ * int8 codebook as it is; the rotated codecs' centroids in steps of a unit
+ * chosen so that the largest is 64..127 steps and the worst rounding of any
+ * centroid is least (a score's error is the sum of q_i times these): 2 bits
+ * 0.0003 at 120 steps, 3 bits 0.0021 at 88 (0.0079 at 127), 4 bits 0.0079
+ * at 111 (0.0102 at 127), in units of the N(0,1) codebook. */
+static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[16], float *unit) {
+    *unit = 1.0f;
+    memset(codes, 0, 16);
+    if (kind == KVQ_ITILE_IQ4_NL) {
+        for (int j = 0; j < 16; j++) codes[j] = (uint8_t)(kvq_iq4nl_values[j] + 128);
+        return;
+    }
+    if (kind < KVQ_ITILE_ROT2) return;
+    const float *cent = ((const kvq_rot_state *)c->state)->centroid; /* ascending, padded with the largest */
+    const float top = fabsf(cent[0]) > fabsf(cent[15]) ? fabsf(cent[0]) : fabsf(cent[15]);
+    double best = INFINITY;
+    for (int steps = 64; steps <= 127; steps++) {
+        const double u = top / steps;
+        double worst = 0;
+        for (int j = 0; j < 16; j++) {
+            const double x = cent[j] / u, e = fabs(x - nearbyint(x)) * u;
+            if (e > worst) worst = e;
+        }
+        if (worst < best) {
+            best = worst;
+            *unit = (float)u;
+        }
+    }
+    for (int j = 0; j < 16; j++) codes[j] = (uint8_t)(lrintf(cent[j] / *unit) + 128);
 }
 
 static int is_f16_rows(const kvq_codec *c) {
@@ -378,10 +414,14 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
         if (c.fmt[i] >= 0) rows_lut(L->codec[i], c.fmt[i], c.lut[i]);
     }
     c.in_place = c.kern.fused && c.fmt[0] >= 0 && c.fmt[1] >= 0 && n_q <= FUSED_MAX_QUERIES && !L->interleaved;
-    c.vnni = c.kern.vnni && L->interleaved && n_q <= FUSED_MAX_QUERIES;
+    /* No compressed tiles yet (the first tile_tokens tokens): nothing for the
+     * integer kernel, so no int8 query either. */
+    c.vnni = c.kern.vnni && L->interleaved && n_q <= FUSED_MAX_QUERIES && L->n_tiles > 0;
     if (c.vnni) {
         c.k_kind = itile_kind(L->codec[0]);
         c.v_kind = itile_kind(L->codec[1]);
+        itile_codes(L->codec[0], c.k_kind, c.icodes[0], &c.iunit[0]);
+        itile_codes(L->codec[1], c.v_kind, c.icodes[1], &c.iunit[1]);
     }
     const int n_workers = kvq_threadpool_size(pool);
     const size_t n_tasks = (size_t)H * c.tasks_per_head;
@@ -405,7 +445,7 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
         else kvq_codec_to_domain(L->codec[0], qr + r * d, qd + r * d);
     }
     for (size_t r = 0; qi && r < (size_t)n_q * n_head; r++)
-        kvq_attn_qi8_prepare(qd + r * d, d, c.k_kind == KVQ_ITILE_Q4_0 ? 8 : 128, &qi[r]);
+        kvq_attn_qi8_prepare(qd + r * d, d, c.k_kind == KVQ_ITILE_Q4_0 ? 8 : 128, c.k_kind >= KVQ_ITILE_ROT2, &qi[r]);
     c.qd = qd;
     c.qr = qr;
     c.qi = qi;

@@ -11,6 +11,10 @@
  * corrected), unsigned against q8_0's s8 codes (its scales are >= 0).
  * iq4_nl has q4_0's layout; one vpshufb turns its nibbles into codebook
  * value + 128 (u8), used as q8_0's K codes and as q4_0's V codes.
+ * The rotated codecs' b-bit indices (b = 2, 3, 4) go through the same kind
+ * of table, into their centroids rounded to int8 + 128 (kvq_attn_itiles.lut);
+ * their one scale per row lets the query take one scale per head and p one
+ * per (head, tile), so their int32 sums span the whole head.
  * The int32 sums become floats once per block (scores) or tile (P x V). */
 #include <math.h>
 #include <string.h>
@@ -19,11 +23,14 @@
 #include "attn/softmax_avx512.h"
 #include "codec/ggml_blocks.h"
 
-void kvq_attn_qi8_prepare(const float *q, int d, int code_off, kvq_attn_qi8 *out) {
+void kvq_attn_qi8_prepare(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out) {
+    float head_max = 0;
+    for (int i = 0; one_scale && i < d; i++) head_max = fabsf(q[i]) > head_max ? fabsf(q[i]) : head_max;
+    out->off_all = 0;
     for (int b = 0; b < d / 32; b++) {
         const float *x = q + 32 * b;
-        float amax = 0;
-        for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        float amax = head_max;
+        for (int i = 0; !one_scale && i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
         const float inv = amax > 0 ? 127.0f / amax : 0.0f;
         int sum[2] = {0, 0};
         for (int i = 0; i < 32; i++) {
@@ -37,15 +44,14 @@ void kvq_attn_qi8_prepare(const float *q, int d, int code_off, kvq_attn_qi8 *out
         out->scale[b] = amax / 127.0f;
         out->off[0][b] = -code_off * sum[0];
         out->off[1][b] = -code_off * sum[1];
+        out->off_all += out->off[0][b];
     }
 }
 
 #if KVQ_HAVE_X86
 
-/* iq4_nl's codebook + 128, in each 128-bit lane (vpshufb indexes within lanes). */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i iq4nl_lut(void) {
-    uint8_t t[16];
-    for (int i = 0; i < 16; i++) t[i] = (uint8_t)(kvq_iq4nl_values[i] + 128);
+/* A code table (16 bytes) in each 128-bit lane: vpshufb indexes within lanes. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i lane_lut(const uint8_t *t) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
 }
 
@@ -84,10 +90,11 @@ static KVQ_ALWAYS_INLINE int32_t ld32(const void *p) {
  * The query residual (a second product, ~15 bits of query) only for q8_0 K,
  * whose own error is small enough for 8 bits of query to show. */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G, int nb, int T, int n,
-                                                           const kvq_attn_qi8 *q, const uint8_t *kt,
-                                                           const uint8_t *pf, float *s) {
+                                                           const kvq_attn_qi8 *q, const kvq_attn_itiles *it,
+                                                           float *s) {
     const int KQ8 = KIND == KVQ_ITILE_Q8_0, QP = KQ8 ? 2 : 1;
-    const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? iq4nl_lut() : _mm512_setzero_si512();
+    const uint8_t *kt = it->k, *pf = it->k_next;
+    const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? lane_lut(it->lut[0]) : _mm512_setzero_si512();
     const size_t gb = k_group_bytes(KQ8, nb), gc = k_group_codes(KQ8, nb);
 #pragma GCC unroll 2
     for (int h = 0; h < T / 16; h++) {
@@ -148,11 +155,36 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
     }
 }
 
+/* Softmax weights p (T) times the tokens' fp16 V scales sc (T), rounded to
+ * 8 bits (s8, or u8 where U8: one bit more for q8_0's non-negative scales)
+ * with step max / levels: stores the codes in out, the step in *step, and
+ * returns the codes' sum (for the codes' offset correction). */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE int32_t round_p(const float *p, const uint8_t *sc, int T, const int U8,
+                                                              int8_t *out, float *step) {
+    __m512 mx = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int h = 0; h < T; h += 16)
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_mul_ps(_mm512_load_ps(p + h),
+                                                           _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 2 * h))))));
+    const float amax = _mm512_reduce_max_ps(mx), levels = U8 ? 255.0f : 127.0f;
+    const __m512 inv = _mm512_set1_ps(amax > 0 ? levels / amax : 0.0f);
+    *step = amax / levels;
+    __m512i sum = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < T; h += 16) {
+        const __m512 x = _mm512_mul_ps(_mm512_load_ps(p + h), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 2 * h))));
+        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv));
+        sum = _mm512_add_epi32(sum, qi);
+        _mm_store_si128((__m128i *)(out + h), U8 ? _mm512_cvtusepi32_epi8(qi) : _mm512_cvtepi32_epi8(qi));
+    }
+    return _mm512_reduce_add_epi32(sum);
+}
+
 /* acc (G, d) += p (G, T) x an interleaved V tile. */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, int d, int nb, int T,
-                                                       const float *p, const uint8_t *vt, const uint8_t *pf,
-                                                       float *acc) {
+                                                       const float *p, const kvq_attn_itiles *it, float *acc) {
     const int VQ8 = KIND == KVQ_ITILE_Q8_0, off = KIND == KVQ_ITILE_IQ4_NL ? 128 : 8;
+    const uint8_t *vt = it->v, *pf = it->v_next;
     /* p x V scale of head g, block b, token t, rounded: pq[(g nb + b) T + t],
      * packed (rows 4 KiB apart would alias the stores they follow). */
     _Alignas(64) int8_t pq[KVQ_ATTN_MAX_G * KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
@@ -163,32 +195,12 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 2
         for (int b = 0; b < nb; b++) {
-            const float *pg = p + g * T;
-            const uint8_t *sb = vs + 2 * (size_t)b * T;
-            __m512 mx = _mm512_setzero_ps();
-#pragma GCC unroll 2
-            for (int h = 0; h < T; h += 16) {
-                const __m512 x = _mm512_mul_ps(_mm512_load_ps(pg + h),
-                                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 2 * h))));
-                mx = _mm512_max_ps(mx, _mm512_abs_ps(x));
-            }
-            const float amax = _mm512_reduce_max_ps(mx), levels = VQ8 ? 255.0f : 127.0f;
-            const __m512 inv = _mm512_set1_ps(amax > 0 ? levels / amax : 0.0f);
-            sp[g][b] = amax / levels;
-            __m512i sum = _mm512_setzero_si512();
-#pragma GCC unroll 2
-            for (int h = 0; h < T; h += 16) {
-                const __m512 x = _mm512_mul_ps(_mm512_load_ps(pg + h),
-                                               _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 2 * h))));
-                const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv));
-                sum = _mm512_add_epi32(sum, qi);
-                _mm_store_si128((__m128i *)&pq[((size_t)g * nb + b) * T + h], VQ8 ? _mm512_cvtusepi32_epi8(qi) : _mm512_cvtepi32_epi8(qi));
-            }
-            corr[g][b] = VQ8 ? 0 : -off * _mm512_reduce_add_epi32(sum);
+            const int32_t sum = round_p(p + g * T, vs + 2 * (size_t)b * T, T, VQ8, &pq[((size_t)g * nb + b) * T], &sp[g][b]);
+            corr[g][b] = VQ8 ? 0 : -off * sum;
         }
     /* Blocks per pass over the tile: 2 BB accumulators per head stay in registers. */
     const int BB = G == 1 ? 8 : G == 2 ? 4 : G <= 4 ? 2 : 1;
-    const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? iq4nl_lut() : _mm512_setzero_si512();
+    const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? lane_lut(it->lut[1]) : _mm512_setzero_si512();
     for (int b0 = 0; b0 < nb; b0 += BB) {
         __m512i a[KVQ_ATTN_MAX_G][16];
 #pragma GCC unroll 8
@@ -241,23 +253,192 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
             _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
 }
 
+/* ------------------------------------------------------- rotated codecs */
+
+static inline int rot_bits(int KIND) { return KIND - KVQ_ITILE_ROT2 + 2; }
+
+/* u8 codes (index -> table) of dims 4k.. of the vector(s) holding the b-bit
+ * indices of 4 dims per dword (tile_layout.c): b = 4 nibbles (k even low,
+ * odd high), b = 2 bit pairs (k = 0..3), b = 3 the pair of lo[k / 4]
+ * (k = 0..7) and bit k of hi, moved to bit 2. One ternlog merges the two
+ * (C ? A : B per bit, C = 0x03). */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot_codes(const int b, int k, __m512i lo, __m512i hi,
+                                                                 int hi_bit, __m512i lut) {
+    __m512i x;
+    if (b == 4) {
+        x = _mm512_and_si512(k & 1 ? _mm512_srli_epi16(lo, 4) : lo, _mm512_set1_epi8(0x0F));
+    } else if (b == 2) {
+        x = _mm512_and_si512(k ? _mm512_srli_epi16(lo, 2 * k) : lo, _mm512_set1_epi8(0x03));
+    } else {
+        const __m512i l2 = k % 4 ? _mm512_srli_epi16(lo, 2 * (k % 4)) : lo;
+        const __m512i h = hi_bit >= 2 ? _mm512_srli_epi16(hi, hi_bit - 2) : _mm512_slli_epi16(hi, 2 - hi_bit);
+        x = _mm512_ternarylogic_epi32(l2, _mm512_and_si512(h, _mm512_set1_epi8(0x04)), _mm512_set1_epi8(0x03), 0xE4);
+    }
+    return _mm512_shuffle_epi8(lut, x);
+}
+
+/* s (G, T) over a rotated K tile: per group of 16 tokens, the codes of 4
+ * dims x 16 tokens per vpdpbusd; one float conversion per group. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, const int G, int d, int T, int n,
+                                                               const kvq_attn_qi8 *q, const kvq_attn_itiles *it,
+                                                               float *s) {
+    const int b = rot_bits(KIND);
+    const size_t codes = 2 * (size_t)d * b, gb = codes + 32;
+    const __m512i lut = lane_lut(it->lut[0]);
+    __m512 qs[KVQ_ATTN_MAX_G];
+#pragma GCC unroll 8
+    for (int g = 0; g < G; g++) qs[g] = _mm512_set1_ps(q[g].scale[0] * it->unit[0]);
+#pragma GCC unroll 2
+    for (int h = 0; h < T / 16; h++) {
+        const uint8_t *grp = it->k + h * gb, *pg = it->k_next ? it->k_next + h * gb : NULL;
+        __m512i a[KVQ_ATTN_MAX_G];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++) a[g] = _mm512_set1_epi32(q[g].off_all);
+        if (b == 3) {
+#pragma GCC unroll 2
+            for (int c = 0; c < d / 32; c++) {
+                const __m512i l0 = load_line(grp, pg, 64 * (size_t)(3 * c)), l1 = load_line(grp, pg, 64 * (size_t)(3 * c + 1));
+                const __m512i hi = load_line(grp, pg, 64 * (size_t)(3 * c + 2));
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) {
+                    const __m512i x = rot_codes(3, k, k < 4 ? l0 : l1, hi, k, lut);
+#pragma GCC unroll 8
+                    for (int g = 0; g < G; g++)
+                        a[g] = _mm512_dpbusd_epi32(a[g], x, _mm512_set1_epi32(ld32(q[g].q[0] + 32 * c + 4 * k)));
+                }
+            }
+        } else {
+            const int dims = b == 4 ? 8 : 16, per = dims / 4; /* dims per vector, dword quads per vector */
+#pragma GCC unroll 4
+            for (int m = 0; m < d / dims; m++) {
+                const __m512i z = load_line(grp, pg, 64 * (size_t)m);
+#pragma GCC unroll 4
+                for (int k = 0; k < per; k++) {
+                    const __m512i x = rot_codes(b, k, z, z, 0, lut);
+#pragma GCC unroll 8
+                    for (int g = 0; g < G; g++)
+                        a[g] = _mm512_dpbusd_epi32(a[g], x, _mm512_set1_epi32(ld32(q[g].q[0] + dims * m + 4 * k)));
+                }
+            }
+        }
+        if (pg) _mm_prefetch((const char *)pg + codes, _MM_HINT_T0);
+        const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + codes)));
+        const int valid = n - 16 * h;
+        const __mmask16 keep = valid >= 16 ? 0xFFFF : valid <= 0 ? 0 : (__mmask16)((1u << valid) - 1);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+            _mm512_store_ps(s + g * T + 16 * h,
+                            _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), keep,
+                                               _mm512_mul_ps(_mm512_cvtepi32_ps(a[g]), _mm512_mul_ps(dk, qs[g]))));
+    }
+}
+
+/* acc (G, d) += p (G, T) x a rotated V tile: p times each token's scale
+ * rounded to int8 per (head, tile), against the u8 codes (centroid + 128;
+ * the offset corrected in the accumulator's start). G <= 4 (callers split):
+ * 4 accumulators of 16 dims per head for each 64 dims in flight. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const int G, int d, int T,
+                                                           const float *p, const kvq_attn_itiles *it, float *acc) {
+    const int b = rot_bits(KIND);
+    _Alignas(64) int8_t pq[4][KVQ_KV_MAX_TILE];
+    float sp[4];
+    int32_t corr[4];
+    const uint8_t *vs = it->v + (size_t)T * d * b / 8, *pf = it->v_next;
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) {
+        corr[g] = -128 * round_p(p + g * T, vs, T, 0, pq[g], &sp[g]);
+        sp[g] *= it->unit[1];
+    }
+    const __m512i lut = lane_lut(it->lut[1]);
+    /* 64 dims per pass (b = 4: two blocks of 32), one vector each (b = 3: per
+     * octet of tokens, 3 vectors for its 2 quads). */
+    const size_t quad_bytes = (size_t)d * b / 2; /* 4 tokens */
+    for (int c = 0; c < d / 64 + (d % 64 != 0); c++) {
+        const int U = b == 4 && 64 * c + 32 >= d ? 2 : 4; /* 16-dim units in this pass */
+        __m512i a[4][4];
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) a[g][u] = _mm512_set1_epi32(corr[g]);
+        if (b == 3) {
+#pragma GCC unroll 2
+            for (int o = 0; o < T / 8; o++) {
+                const size_t at = (size_t)o * 2 * quad_bytes + 64 * 3 * (size_t)c;
+                const __m512i l[2] = {load_line(it->v, pf, at), load_line(it->v, pf, at + 64)};
+                const __m512i hi = load_line(it->v, pf, at + 128);
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    __m512i pb[4];
+#pragma GCC unroll 4
+                    for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g][8 * o + 4 * h]));
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) {
+                        const __m512i x = rot_codes(3, k, l[h], hi, 2 * k + h, lut);
+#pragma GCC unroll 4
+                        for (int g = 0; g < G; g++) a[g][k] = _mm512_dpbusd_epi32(a[g][k], x, pb[g]);
+                    }
+                }
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int j = 0; j < T / 4; j++) {
+                __m512i pb[4];
+#pragma GCC unroll 4
+                for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g][4 * j]));
+                for (int w = 0; w < (b == 4 ? U / 2 : 1); w++) { /* vectors of this pass */
+                    const __m512i z = load_line(it->v, pf, (size_t)j * quad_bytes + 64 * ((b == 4 ? 2 : 1) * (size_t)c + w));
+                    for (int k = 0; k < (b == 4 ? 2 : 4); k++) {
+                        const __m512i x = rot_codes(b, k, z, z, 0, lut);
+#pragma GCC unroll 4
+                        for (int g = 0; g < G; g++)
+                            a[g][(b == 4 ? 2 * w : 0) + k] = _mm512_dpbusd_epi32(a[g][(b == 4 ? 2 * w : 0) + k], x, pb[g]);
+                    }
+                }
+            }
+        }
+        /* b = 4: unit u of vector w covers dims 32 (2c + w) + 16 (u % 2), i.e. 64c + 16u. */
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int u = 0; u < U; u++) {
+                float *dst = acc + (size_t)g * d + 64 * c + 16 * u;
+                _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][u]), _mm512_set1_ps(sp[g]),
+                                                      _mm512_loadu_ps(dst)));
+            }
+    }
+    if (pf)
+        for (size_t o = (size_t)T * d * b / 8; o < (size_t)T * d * b / 8 + 2 * (size_t)T; o += 64)
+            _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+}
+
 /* Scores and P x V are instantiated per codec kind and G, each with d and T
  * constants for the common case (head_dim 64, 32-token tiles: the loops over
  * blocks and token groups unroll) and a general one. */
-typedef void (*scores_fn)(int d, int T, int n, const kvq_attn_qi8 *q, const uint8_t *kt, const uint8_t *pf,
-                          float *s);
-typedef void (*pv_fn)(int d, int T, const float *p, const uint8_t *vt, const uint8_t *pf, float *acc);
+typedef void (*scores_fn)(int d, int T, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *it, float *s);
+typedef void (*pv_fn)(int d, int T, const float *p, const kvq_attn_itiles *it, float *acc);
 
 #define VNNI_FN(KIND, G)                                                                                     \
     KVQ_TARGET_AVX512VNNI static void scores_##KIND##_##G(int d, int T, int n, const kvq_attn_qi8 *q,         \
-                                                          const uint8_t *kt, const uint8_t *pf, float *s) {  \
-        if (d == 64 && T == 32) scores(KIND, G, 2, 32, n, q, kt, pf, s);                                     \
-        else scores(KIND, G, d / 32, T, n, q, kt, pf, s);                                                    \
+                                                          const kvq_attn_itiles *it, float *s) {             \
+        if (KIND >= KVQ_ITILE_ROT2) {                                                                        \
+            if (d == 64 && T == 32) scores_rot(KIND, G, 64, 32, n, q, it, s);                                \
+            else scores_rot(KIND, G, d, T, n, q, it, s);                                                     \
+        } else if (d == 64 && T == 32) scores(KIND, G, 2, 32, n, q, it, s);                                  \
+        else scores(KIND, G, d / 32, T, n, q, it, s);                                                        \
     }                                                                                                        \
-    KVQ_TARGET_AVX512VNNI static void pv_##KIND##_##G(int d, int T, const float *p, const uint8_t *vt,        \
-                                                      const uint8_t *pf, float *acc) {                       \
-        if (d == 64 && T == 32) pv(KIND, G, 64, 2, 32, p, vt, pf, acc);                                       \
-        else pv(KIND, G, d, d / 32, T, p, vt, pf, acc);                                                      \
+    KVQ_TARGET_AVX512VNNI static void pv_##KIND##_##G(int d, int T, const float *p, const kvq_attn_itiles *it, \
+                                                      float *acc) {                                          \
+        if (KIND >= KVQ_ITILE_ROT2) {                                                                        \
+            const int G1 = G < 4 ? G : 4, G2 = G - G1; /* pv_rot takes 4 heads at most */                   \
+            if (d == 64 && T == 32) {                                                                        \
+                pv_rot(KIND, G1, 64, 32, p, it, acc);                                                        \
+                if (G2) pv_rot(KIND, G2, 64, 32, p + G1 * 32, it, acc + G1 * 64);                            \
+            } else {                                                                                         \
+                pv_rot(KIND, G1, d, T, p, it, acc);                                                          \
+                if (G2) pv_rot(KIND, G2, d, T, p + G1 * T, it, acc + (size_t)G1 * d);                        \
+            }                                                                                                \
+        } else if (d == 64 && T == 32) pv(KIND, G, 64, 2, 32, p, it, acc);                                   \
+        else pv(KIND, G, d, d / 32, T, p, it, acc);                                                          \
     }
 #define VNNI_FNS(KIND)                                                                                       \
     VNNI_FN(KIND, 1) VNNI_FN(KIND, 2) VNNI_FN(KIND, 3) VNNI_FN(KIND, 4) VNNI_FN(KIND, 5) VNNI_FN(KIND, 6)    \
@@ -265,19 +446,26 @@ typedef void (*pv_fn)(int d, int T, const float *p, const uint8_t *vt, const uin
 VNNI_FNS(0)
 VNNI_FNS(1)
 VNNI_FNS(2)
+VNNI_FNS(3)
+VNNI_FNS(4)
+VNNI_FNS(5)
 #define VNNI_ROW(F, KIND) {F##_##KIND##_1, F##_##KIND##_2, F##_##KIND##_3, F##_##KIND##_4, \
                            F##_##KIND##_5, F##_##KIND##_6, F##_##KIND##_7, F##_##KIND##_8}
 
 KVQ_TARGET_AVX512VNNI void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_attn_qi8 *q,
                                                 const kvq_attn_itiles *t, float *m, float *l, float *acc) {
-    _Static_assert(KVQ_ITILE_Q4_0 == 0 && KVQ_ITILE_Q8_0 == 1 && KVQ_ITILE_IQ4_NL == 2, "table order");
-    static const scores_fn score_table[3][KVQ_ATTN_MAX_G] = {VNNI_ROW(scores, 0), VNNI_ROW(scores, 1),
-                                                             VNNI_ROW(scores, 2)};
-    static const pv_fn pv_table[3][KVQ_ATTN_MAX_G] = {VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2)};
+    _Static_assert(KVQ_ITILE_Q4_0 == 0 && KVQ_ITILE_Q8_0 == 1 && KVQ_ITILE_IQ4_NL == 2 && KVQ_ITILE_ROT2 == 3 &&
+                       KVQ_ITILE_ROT3 == 4 && KVQ_ITILE_ROT4 == 5 && KVQ_ITILE_COUNT == 6,
+                   "table order");
+    static const scores_fn score_table[KVQ_ITILE_COUNT][KVQ_ATTN_MAX_G] = {
+        VNNI_ROW(scores, 0), VNNI_ROW(scores, 1), VNNI_ROW(scores, 2),
+        VNNI_ROW(scores, 3), VNNI_ROW(scores, 4), VNNI_ROW(scores, 5)};
+    static const pv_fn pv_table[KVQ_ITILE_COUNT][KVQ_ATTN_MAX_G] = {VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2),
+                                                                    VNNI_ROW(pv, 3), VNNI_ROW(pv, 4), VNNI_ROW(pv, 5)};
     _Alignas(64) float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE]; /* (G, T) */
-    score_table[t->k_kind][G - 1](d, t->T, n, q, t->k, t->k_next, s);
+    score_table[t->k_kind][G - 1](d, t->T, n, q, t, s);
     softmax_update(G, d, t->T, s, m, l, acc);
-    pv_table[t->v_kind][G - 1](d, t->T, s, t->v, t->v_next, acc);
+    pv_table[t->v_kind][G - 1](d, t->T, s, t, acc);
 }
 #undef VNNI_ROW
 #undef VNNI_FNS

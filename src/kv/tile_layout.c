@@ -1,7 +1,8 @@
-/* tile_layout.c — the interleaved tile layouts of q4_0, iq4_nl (q4_0's) and
- * q8_0 (layout and reasons: docs/ATTN_PROTO.md). The bytes of a tile are exactly its T ggml
- * rows' bytes, moved so that the VNNI attention kernel (decode_vnni.c) reads
- * 64-byte vectors whose lanes are tokens (K) or dims (V):
+/* tile_layout.c — the interleaved tile layouts of q4_0, iq4_nl (q4_0's),
+ * q8_0 and the rotated codecs' b-bit indices (layout and reasons:
+ * docs/ATTN_PROTO.md). The bytes of a tile are exactly its T rows' bytes,
+ * moved so that the VNNI attention kernel (decode_vnni.c) reads 64-byte
+ * vectors whose lanes are tokens (K) or dims (V):
  *
  * K, per group of 16 tokens (16 row_bytes each), block b of 32 dims:
  *   q4_0: codes at 64 (4b + m), m = 0..3: byte 4t + j = code(t, 32b + 8m + j)
@@ -15,19 +16,218 @@
  *   q8_0: dims 16c.. at 64 (j 2NB + c): byte 4l + i = code(4j + i, 16c + l)
  *         (plain s8: the kernel's p is the unsigned operand);
  *   then the fp16 scales, T per block, token order.
+ * Rotated codecs (index k(t, i) of b bits, one fp16 scale per row): the same
+ * lanes, the bits of one byte spread over dims (rot_walk below):
+ *   K, per group of 16 tokens: b = 4 as q4_0 (vector m = i / 8); b = 2:
+ *   vector m = i / 16, byte 4t + j bits 2k.. = k(t, 16m + 4k + j); b = 3:
+ *   per 32 dims c, vectors 3c and 3c + 1 hold the low 2 bits as b = 2 does
+ *   for dims 32c + 16h.., vector 3c + 2 byte 4t + j bit k = bit 2 of
+ *   k(t, 32c + 4k + j); then the 16 row scales.
+ *   V: b = 4 as q4_0; b = 2: per quad j and 64 dims c, byte 4l + i bits 2k..
+ *   = k(4j + i, 64c + 16k + l); b = 3: per octet o of tokens and 64 dims c,
+ *   vectors 3(o NC + c) + h (h = 0, 1: quad 2o + h) the low 2 bits as b = 2,
+ *   vector 3(o NC + c) + 2 byte 4l + i bit 2k + h = bit 2 of
+ *   k(8o + 4h + i, 64c + 16k + l); then the T row scales.
  * Packing (every flush) runs direct loops; unpacking one row (truncate,
- * kvq_kv_read, sessions) asks code_place where each value lives; decoding a
- * whole tile to floats (attention's scratch paths) runs direct loops again.
- * The tests check all three against each other and the documented offsets. */
+ * kvq_kv_read, sessions) asks code_place where each value lives (ggml) or
+ * walks the row's group (rotated); decoding a whole tile to floats
+ * (attention's scratch paths) runs direct loops again. The tests check all
+ * three against each other and the documented offsets. */
 #include <string.h>
 
 #include "codec/ggml_blocks.h"
+#include "codec/rotated.h"
 #include "common/fp16.h"
 #include "kv/kvstore.h"
 
+/* Index bits of a rotated codec's rows, or 0 for the ggml codecs. */
+static int rot_bits(const kvq_codec *c) { return c->desc->family == &kvq_family_rot ? c->desc->param : 0; }
+
 int kvq_kv_interleavable(const kvq_codec *c) {
-    return c && !c->qjl && c->desc->family == &kvq_family_ggml &&
+    if (!c || c->qjl) return 0;
+    /* b = 2 and 3 pack 64 dims per V vector (rot_walk). */
+    if (c->desc->family == &kvq_family_rot) return c->head_dim % (c->desc->param == 4 ? 32 : 64) == 0;
+    return c->desc->family == &kvq_family_ggml &&
            (c->desc->param == KVQ_GGML_Q4_0 || c->desc->param == KVQ_GGML_Q8_0 || c->desc->param == KVQ_GGML_IQ4_NL);
+}
+
+/* ------------------------------------------------------- rotated codecs */
+
+/* Tokens a walk covers at once: a K group, a V octet. */
+static inline int rot_span(int side) { return side == 0 ? 16 : 8; }
+
+/* Moves the indices idx (span, d) of tokens [span g, span (g + 1)) between
+ * the codes of a tile (codes: the tile's start) and idx: write = 1 builds
+ * every code byte of the span from idx, write = 0 reads idx back. b is a
+ * constant at each call. */
+static KVQ_ALWAYS_INLINE void rot_walk(const int b, int side, int d, int g, uint8_t *codes, uint8_t *idx,
+                                       int write) {
+#define ROT_BYTE(at, expr_build, stmt_read) \
+    do {                                    \
+        uint8_t *const p_ = (at);           \
+        if (write) *p_ = (uint8_t)(expr_build); \
+        else {                              \
+            const unsigned u_ = *p_;        \
+            stmt_read;                      \
+        }                                   \
+    } while (0)
+    if (side == 0) {
+        uint8_t *base = codes + (size_t)g * 16 * (2 + (size_t)d * b / 8);
+        for (int t = 0; t < 16; t++) {
+            uint8_t *x = idx + (size_t)t * d;
+            for (int j = 0; j < 4; j++) {
+                if (b == 4) {
+                    for (int m = 0; m < d / 8; m++)
+                        ROT_BYTE(base + 64 * (size_t)m + 4 * t + j, x[8 * m + j] | x[8 * m + 4 + j] << 4,
+                                 (x[8 * m + j] = u_ & 15, x[8 * m + 4 + j] = u_ >> 4));
+                } else if (b == 2) {
+                    for (int m = 0; m < d / 16; m++) {
+                        uint8_t *e = x + 16 * m + j;
+                        ROT_BYTE(base + 64 * (size_t)m + 4 * t + j, e[0] | e[4] << 2 | e[8] << 4 | e[12] << 6,
+                                 for (int k = 0; k < 4; k++) e[4 * k] = (u_ >> 2 * k) & 3);
+                    }
+                } else {
+                    for (int c = 0; c < d / 32; c++) {
+                        uint8_t *e = x + 32 * c + j;
+                        for (int h = 0; h < 2; h++) {
+                            uint8_t *f = e + 16 * h;
+                            ROT_BYTE(base + 64 * (size_t)(3 * c + h) + 4 * t + j,
+                                     (f[0] & 3) | (f[4] & 3) << 2 | (f[8] & 3) << 4 | (f[12] & 3) << 6,
+                                     for (int k = 0; k < 4; k++) f[4 * k] = (u_ >> 2 * k) & 3);
+                        }
+                        unsigned hb = 0;
+                        if (write)
+                            for (int k = 0; k < 8; k++) hb |= (unsigned)(e[4 * k] >> 2) << k;
+                        ROT_BYTE(base + 64 * (size_t)(3 * c + 2) + 4 * t + j, hb,
+                                 for (int k = 0; k < 8; k++) e[4 * k] |= (uint8_t)(((u_ >> k) & 1) << 2));
+                    }
+                }
+            }
+        }
+        return;
+    }
+    uint8_t *base = codes + (size_t)g * 8 * d * b / 8;
+    for (int h = 0; h < 2; h++) /* quad 2g + h */
+        for (int i = 0; i < 4; i++) {
+            uint8_t *x = idx + (size_t)(4 * h + i) * d;
+            for (int l = 0; l < 16; l++) {
+                if (b == 4) {
+                    for (int c = 0; c < d / 32; c++)
+                        ROT_BYTE(base + 64 * ((size_t)h * (d / 32) + c) + 4 * l + i, x[32 * c + l] | x[32 * c + 16 + l] << 4,
+                                 (x[32 * c + l] = u_ & 15, x[32 * c + 16 + l] = u_ >> 4));
+                } else if (b == 2) {
+                    for (int c = 0; c < d / 64; c++) {
+                        uint8_t *e = x + 64 * c + l;
+                        ROT_BYTE(base + 64 * ((size_t)h * (d / 64) + c) + 4 * l + i,
+                                 e[0] | e[16] << 2 | e[32] << 4 | e[48] << 6,
+                                 for (int k = 0; k < 4; k++) e[16 * k] = (u_ >> 2 * k) & 3);
+                    }
+                } else {
+                    for (int c = 0; c < d / 64; c++) {
+                        uint8_t *e = x + 64 * c + l;
+                        ROT_BYTE(base + 64 * (3 * (size_t)c + h) + 4 * l + i,
+                                 (e[0] & 3) | (e[16] & 3) << 2 | (e[32] & 3) << 4 | (e[48] & 3) << 6,
+                                 for (int k = 0; k < 4; k++) e[16 * k] = (u_ >> 2 * k) & 3);
+                    }
+                }
+            }
+        }
+    if (b == 3) /* the high bits: both quads' in one byte, after the low bits are read */
+        for (int c = 0; c < d / 64; c++)
+            for (int l = 0; l < 16; l++)
+                for (int i = 0; i < 4; i++) {
+                    uint8_t *p = base + 64 * (3 * (size_t)c + 2) + 4 * l + i;
+                    if (write) {
+                        unsigned hb = 0;
+                        for (int h = 0; h < 2; h++)
+                            for (int k = 0; k < 4; k++)
+                                hb |= (unsigned)(idx[(size_t)(4 * h + i) * d + 64 * c + 16 * k + l] >> 2) << (2 * k + h);
+                        *p = (uint8_t)hb;
+                    } else {
+                        for (int h = 0; h < 2; h++)
+                            for (int k = 0; k < 4; k++)
+                                idx[(size_t)(4 * h + i) * d + 64 * c + 16 * k + l] |= (uint8_t)(((*p >> (2 * k + h)) & 1) << 2);
+                    }
+                }
+#undef ROT_BYTE
+}
+
+static void rot_walk_b(int b, int side, int d, int g, uint8_t *codes, uint8_t *idx, int write) {
+    switch (b) {
+    case 2: rot_walk(2, side, d, g, codes, idx, write); break;
+    case 3: rot_walk(3, side, d, g, codes, idx, write); break;
+    default: rot_walk(4, side, d, g, codes, idx, write); break;
+    }
+}
+
+/* A rotated row's d indices (dense b-bit string, LSB first: rotated.h) to
+ * bytes and back. */
+static void rot_row_indices(int b, int d, const uint8_t *packed, uint8_t *idx) {
+    for (int g = 0; g < d; g += 8, packed += b) {
+        uint64_t w = 0;
+        memcpy(&w, packed, (size_t)b);
+        w = kvq_load_le64(&w);
+        for (int j = 0; j < 8; j++) idx[g + j] = (uint8_t)((w >> (j * b)) & ((1u << b) - 1));
+    }
+}
+
+static void rot_row_pack(int b, int d, const uint8_t *idx, uint8_t *packed) {
+    for (int g = 0; g < d; g += 8, packed += b) {
+        uint64_t w = 0;
+        for (int j = 0; j < 8; j++) w |= (uint64_t)idx[g + j] << (j * b);
+        uint8_t bytes[8];
+        kvq_store_le64(bytes, w);
+        memcpy(packed, bytes, (size_t)b);
+    }
+}
+
+/* Where row r's fp16 scale lives in a rotated tile. */
+static inline size_t rot_scale_place(int b, int side, int T, int d, int r) {
+    const size_t rb = 2 + (size_t)d * b / 8;
+    if (side == 0) return (size_t)(r / 16) * 16 * rb + 2 * (size_t)d * b + 2 * (size_t)(r % 16);
+    return (size_t)T * d * b / 8 + 2 * (size_t)r;
+}
+
+static void rot_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile) {
+    const int b = rot_bits(c), d = c->head_dim, span = rot_span(side);
+    uint8_t idx[16 * KVQ_MAX_HEAD_DIM];
+    for (int g = 0; g < T / span; g++) {
+        for (int t = 0; t < span; t++) {
+            const uint8_t *row = rows + (size_t)(span * g + t) * c->row_bytes;
+            rot_row_indices(b, d, row + 2, idx + (size_t)t * d);
+            memcpy(tile + rot_scale_place(b, side, T, d, span * g + t), row, 2);
+        }
+        rot_walk_b(b, side, d, g, tile, idx, 1);
+    }
+}
+
+/* Indices of the span holding row r (idx: (span, d)). */
+static void rot_span_indices(const kvq_codec *c, int side, const uint8_t *tile, int g, uint8_t *idx) {
+    memset(idx, 0, (size_t)rot_span(side) * c->head_dim);
+    rot_walk_b(rot_bits(c), side, c->head_dim, g, (uint8_t *)tile, idx, 0);
+}
+
+static void rot_unpack_row(const kvq_codec *c, int side, int T, const uint8_t *tile, int r, uint8_t *row) {
+    const int b = rot_bits(c), d = c->head_dim, span = rot_span(side);
+    uint8_t idx[16 * KVQ_MAX_HEAD_DIM];
+    rot_span_indices(c, side, tile, r / span, idx);
+    memcpy(row, tile + rot_scale_place(b, side, T, d, r), 2);
+    rot_row_pack(b, d, idx + (size_t)(r % span) * d, row + 2);
+}
+
+/* Domain values s x centroid, the product the codec's tile decode computes. */
+static void rot_decode(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y) {
+    const kvq_rot_state *st = c->state;
+    const int b = rot_bits(c), d = c->head_dim, span = rot_span(side);
+    uint8_t idx[16 * KVQ_MAX_HEAD_DIM];
+    for (int g = 0; g < T / span; g++) {
+        rot_span_indices(c, side, tile, g, idx);
+        for (int t = 0; t < span; t++) {
+            const int r = span * g + t;
+            const float s = kvq_f16_to_f32(kvq_load_u16(tile + rot_scale_place(b, side, T, d, r)));
+            for (int i = 0; i < d; i++) y[(size_t)r * d + i] = s * st->centroid[idx[(size_t)t * d + i]];
+        }
+    }
 }
 
 typedef struct place {
@@ -64,6 +264,10 @@ static inline uint8_t nibble(const uint8_t *qs, int e) { return e < 16 ? qs[e] &
 /* Writes every byte of the tile (codes and scales cover it exactly). Direct
  * loops rather than code_place: it runs on every flush. */
 void kvq_kv_tile_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile) {
+    if (rot_bits(c)) {
+        rot_pack(c, side, T, rows, tile);
+        return;
+    }
     const int q8 = c->desc->param == KVQ_GGML_Q8_0, nb = c->head_dim / 32, bb = q8 ? 34 : 18;
     if (side == 0) {
         const size_t gb = (size_t)16 * nb * bb, gc = (size_t)16 * nb * (q8 ? 32 : 16);
@@ -103,6 +307,10 @@ void kvq_kv_tile_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, 
 }
 
 void kvq_kv_tile_unpack_row(const kvq_codec *c, int side, int T, const uint8_t *tile, int r, uint8_t *row) {
+    if (rot_bits(c)) {
+        rot_unpack_row(c, side, T, tile, r, row);
+        return;
+    }
     const int q8 = c->desc->param == KVQ_GGML_Q8_0, nb = c->head_dim / 32, bb = q8 ? 34 : 18;
     memset(row, 0, c->row_bytes);
     for (int b = 0; b < nb; b++) memcpy(row + bb * b, tile + scale_place(q8, side, T, nb, r, b), 2);
@@ -136,6 +344,10 @@ static inline float value(int kind, int side, uint8_t u, float d) {
 }
 
 void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y) {
+    if (rot_bits(c)) {
+        rot_decode(c, side, T, tile, y);
+        return;
+    }
     const int kind = c->desc->param, q8 = kind == KVQ_GGML_Q8_0, nb = c->head_dim / 32, d = c->head_dim;
     if (side == 0) {
         const size_t gb = (size_t)16 * nb * (q8 ? 34 : 18), gc = (size_t)16 * nb * (q8 ? 32 : 16);

@@ -311,64 +311,106 @@ TEST(attn_ref_matches_direct_two_pass_formula) {
     free(v);
 }
 
-/* The interleaved layouts (q4_0, q8_0, iq4_nl; K and V sides; head_dim
- * 32..512; several T): every row comes back bit-exact from a packed tile,
- * the tile decodes to the same floats as its rows, and a few values sit
- * where docs/ATTN_PROTO.md says (formulas written out here, apart from
+/* The interleaved layouts (q4_0, q8_0, iq4_nl and the rotated codecs of 2,
+ * 3 and 4 bits; K and V sides; head_dim 32..512; several T): every row comes
+ * back bit-exact from a packed tile, the tile decodes to the same
+ * attention-domain floats as its rows, and a few values sit where
+ * tile_layout.c's header says (formulas written out here, apart from
  * tile_layout.c's). */
 TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
-    static const char *const names[] = {"q4_0", "q8_0", "iq4_nl"};
+    static const char *const names[] = {"q4_0", "q8_0", "iq4_nl", "turbo2", "iso3", "rotor4"};
     static const int dims[] = {32, 64, 128, 256, 512}, tiles[] = {16, 32, 48, 256};
     uint64_t s = 11;
-    for (int ci = 0; ci < 3; ci++)
+    for (size_t ci = 0; ci < KVQ_ARRAY_LEN(names); ci++)
         for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
             kvq_codec *c = NULL;
             CHECK_OK(kvq_codec_create(names[ci], dims[di], 0, &c));
+            const int rot = ci >= 3, bits = rot ? c->desc->param : 0, d = dims[di];
+            if (!kvq_kv_interleavable(c)) {
+                CHECKF(rot && bits < 4 && d % 64, "%s d=%d: not interleavable", names[ci], d);
+                kvq_codec_free(c);
+                continue;
+            }
             const size_t rb = c->row_bytes;
-            const int q8 = ci == 1, nb = dims[di] / 32;
+            const int q8 = ci == 1, nb = d / 32;
             for (size_t ti = 0; ti < KVQ_ARRAY_LEN(tiles); ti++) {
                 const int T = tiles[ti];
                 uint8_t *rows = malloc((size_t)T * rb), *tile = malloc((size_t)T * rb), *back = malloc(rb);
-                float *y = malloc(sizeof(float) * (size_t)T * dims[di]), *yr = malloc(sizeof(float) * dims[di]);
+                float *y = malloc(sizeof(float) * (size_t)T * d), *yr = malloc(sizeof(float) * (size_t)T * d);
                 for (size_t i = 0; i < (size_t)T * rb; i++) rows[i] = (uint8_t)kvq_splitmix64(&s);
                 /* Finite scales: NaN payloads need not survive every path. */
                 for (int r = 0; r < T; r++)
-                    for (int b = 0; b < nb; b++) rows[(size_t)r * rb + (q8 ? 34 : 18) * b + 1] &= 0x3B;
+                    for (int b = 0; b < (rot ? 1 : nb); b++) rows[(size_t)r * rb + (q8 ? 34 : 18) * b + 1] &= 0x3B;
+                c->decode_tile_domain(c, rows, T, yr);
                 for (int side = 0; side < 2; side++) {
+                    memset(tile, 0xEE, (size_t)T * rb);
                     kvq_kv_tile_pack(c, side, T, rows, tile);
                     kvq_kv_tile_decode(c, side, T, tile, y);
                     for (int r = 0; r < T; r++) {
                         kvq_kv_tile_unpack_row(c, side, T, tile, r, back);
                         CHECKF(!memcmp(back, rows + (size_t)r * rb, rb), "%s d=%d T=%d side %d: row %d differs",
-                               names[ci], dims[di], T, side, r);
-                        kvq_codec_decode_row(c, rows + (size_t)r * rb, yr);
-                        CHECKF(!memcmp(yr, y + (size_t)r * dims[di], sizeof(float) * dims[di]),
-                               "%s d=%d T=%d side %d: tile decode of row %d differs from the row's", names[ci],
-                               dims[di], T, side, r);
+                               names[ci], d, T, side, r);
+                        CHECKF(!memcmp(yr + (size_t)r * d, y + (size_t)r * d, sizeof(float) * d),
+                               "%s d=%d T=%d side %d: tile decode of row %d differs from the row's", names[ci], d,
+                               T, side, r);
                     }
-                    /* Spot checks: the last row's last value and block scale. */
-                    const int r = T - 1, i = dims[di] - 1, b = nb - 1, e = 31;
+                    /* Spot checks: the last row's last value and (block) scale. */
+                    const int r = T - 1, i = d - 1, b = nb - 1, e = 31;
                     const uint8_t *row = rows + (size_t)r * rb;
-                    const int code = q8 ? row[34 * b + 2 + e] : row[18 * b + 2 + 15] >> 4;
                     size_t at, sat;
-                    int got;
-                    if (side == 0) {
+                    int got, code;
+                    if (rot) {
+                        /* Index d - 1: the top bits of the row's last byte. */
+                        code = row[rb - 1] >> (8 - bits);
+                        if (side == 0) {
+                            const size_t grp = (size_t)(r / 16) * 16 * rb;
+                            const int t = r % 16; /* dims 4k + j: j = 3 */
+                            if (bits == 4) {
+                                at = grp + 64 * (size_t)(d / 8 - 1) + 4 * t + 3;
+                                got = tile[at] >> 4;
+                            } else if (bits == 2) {
+                                at = grp + 64 * (size_t)(d / 16 - 1) + 4 * t + 3;
+                                got = tile[at] >> 6;
+                            } else { /* block d / 32 - 1, k = 7: lo pair of vector 3c + 1 (bits 6-7), bit 7 of 3c + 2 */
+                                at = grp + 64 * (size_t)(3 * (d / 32 - 1) + 1) + 4 * t + 3;
+                                got = (tile[at] >> 6) | (tile[grp + 64 * (size_t)(3 * (d / 32 - 1) + 2) + 4 * t + 3] >> 7) << 2;
+                            }
+                            sat = grp + 2 * (size_t)d * bits + 2 * t;
+                        } else {
+                            const int j = r / 4, l = 15, ti4 = r % 4; /* dim d - 1 = 64c + 16 x 3 + 15 */
+                            if (bits == 4) {
+                                at = 64 * ((size_t)j * nb + b) + 4 * l + ti4;
+                                got = tile[at] >> 4;
+                            } else if (bits == 2) {
+                                at = 64 * ((size_t)j * (d / 64) + d / 64 - 1) + 4 * l + ti4;
+                                got = tile[at] >> 6;
+                            } else {
+                                const size_t v = 3 * ((size_t)(r / 8) * (d / 64) + d / 64 - 1);
+                                const int h = (r / 4) % 2;
+                                at = 64 * (v + h) + 4 * l + ti4;
+                                got = (tile[at] >> 6) | ((tile[64 * (v + 2) + 4 * l + ti4] >> (6 + h)) & 1) << 2;
+                            }
+                            sat = (size_t)T * d * bits / 8 + 2 * (size_t)r;
+                        }
+                    } else if (side == 0) {
+                        code = q8 ? row[34 * b + 2 + e] : row[18 * b + 2 + 15] >> 4;
                         const size_t grp = (size_t)(r / 16) * 16 * rb;
                         const int t = r % 16;
                         at = q8 ? grp + 64 * (size_t)(8 * b + 7) + 4 * t + 3 : grp + 64 * (size_t)(4 * b + 3) + 4 * t + 3;
                         got = q8 ? tile[at] ^ 0x80 : tile[at] >> 4;
                         sat = grp + 16 * (size_t)nb * (q8 ? 32 : 16) + 32 * (size_t)b + 2 * t;
                     } else {
+                        code = q8 ? row[34 * b + 2 + e] : row[18 * b + 2 + 15] >> 4;
                         const int j = r / 4, l = 15;
                         at = q8 ? 64 * ((size_t)j * 2 * nb + (size_t)i / 16) + 4 * l + r % 4
                                 : 64 * ((size_t)j * nb + b) + 4 * l + r % 4;
                         got = q8 ? tile[at] : tile[at] >> 4;
                         sat = (size_t)T * nb * (q8 ? 32 : 16) + 2 * ((size_t)b * T + r);
                     }
-                    CHECKF(got == code, "%s d=%d T=%d side %d: last code %d at byte %zu, want %d", names[ci],
-                           dims[di], T, side, got, at, code);
-                    CHECKF(!memcmp(tile + sat, row + (q8 ? 34 : 18) * b, 2), "%s d=%d T=%d side %d: scale misplaced",
-                           names[ci], dims[di], T, side);
+                    CHECKF(got == code, "%s d=%d T=%d side %d: last code %d at byte %zu, want %d", names[ci], d, T,
+                           side, got, at, code);
+                    CHECKF(!memcmp(tile + sat, row + (rot ? 0 : (q8 ? 34 : 18) * b), 2),
+                           "%s d=%d T=%d side %d: scale misplaced", names[ci], d, T, side);
                 }
                 free(rows);
                 free(tile);
@@ -397,7 +439,8 @@ static int same_reads(const kvq_kv *a, const kvq_kv *b, int layer) {
  * positions through kvq_kv_read, and the same session bytes. */
 TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
     static const char *const pairs[][2] = {{"q4_0", "q4_0"}, {"q8_0", "q8_0"}, {"q8_0", "q4_0"}, {"q4_0", "q8_0"},
-                                           {"iq4_nl", "q8_0"}, {"q4_0", "turbo3"}};
+                                           {"iq4_nl", "q8_0"}, {"q4_0", "turbo3"}, {"rotor4", "turbo2"},
+                                           {"iso3", "iso3"}, {"q4_0", "q4_1"}};
     const int n = 150;
     for (size_t k = 0; k < KVQ_ARRAY_LEN(pairs); k++) {
         kvq_kv_params p = small_params(pairs[k][0]);
@@ -410,8 +453,8 @@ TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
         p.tile_layout = KVQ_TILES_INTERLEAVED;
         CHECK_OK(kvq_kv_create(&p, &b));
         CHECK(!a->layers[0].interleaved);
-        /* Only where both codecs can: q4_0 with turbo3 stays rows. */
-        CHECK(b->layers[0].interleaved == (k < 5));
+        /* Only where both codecs can: q4_0 with q4_1 stays rows. */
+        CHECK(b->layers[0].interleaved == (k < 8));
         CHECK_OK(kvq_test_fill(a, n, kx, vx));
         CHECK_OK(kvq_test_fill(b, n, kx, vx));
         for (int l = 0; l < p.n_layer; l++)
