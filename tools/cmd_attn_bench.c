@@ -21,12 +21,13 @@
 typedef struct {
     const char *name;
     int n_layer, n_head, n_kv_head, head_dim;
+    int tile_tokens; /* of the synthetic cache; 0: the store's default */
 } shape;
 
 static const shape shapes[] = {
-    {"smollm2-135m", 30, 9, 3, 64},
-    {"llama-3.2-1b", 16, 32, 8, 64},
-    {"qwen2.5-1.5b", 28, 12, 2, 128},
+    {"smollm2-135m", 30, 9, 3, 64, 0},
+    {"llama-3.2-1b", 16, 32, 8, 64, 0},
+    {"qwen2.5-1.5b", 28, 12, 2, 128, 0},
 };
 
 /* ---------------------------------------------------------- bandwidth */
@@ -106,6 +107,7 @@ static int build_cache(const shape *sh, int depth, const char *ctk, const char *
     p.n_layer = sh->n_layer;
     p.n_kv_head = sh->n_kv_head;
     p.head_dim = sh->head_dim;
+    p.tile_tokens = sh->tile_tokens;
     p.ctk = ctk;
     p.ctv = ctv;
     p.seed = 42;
@@ -203,6 +205,8 @@ static void usage(FILE *f) {
             "  -t LIST             threads (default 1)\n"
             "  -r N                samples per cell (default 10)\n"
             "  --prefill N         time prefill attention of N new tokens instead of decode\n"
+            "  --tile N            tokens per compressed tile, 1..256 (default: the store's, 32);\n"
+            "                      the integer kernel needs a multiple of 16\n"
             "  -o md|json          output format (default md)\n"
             "\n"
             "Per cell: ms per step over all layers (median), bytes of KV read, GB/s and its\n"
@@ -241,6 +245,7 @@ int cmd_attn_bench(int argc, char **argv) {
         else if (!strcmp(a, "--n-head") && cli_parse_int(a, val, 1, 1024, &v)) sh.n_head = (int)v, sh.name = "custom";
         else if (!strcmp(a, "--n-kv-head") && cli_parse_int(a, val, 1, 1024, &v)) sh.n_kv_head = (int)v, sh.name = "custom";
         else if (!strcmp(a, "--head-dim") && cli_parse_int(a, val, 32, 512, &v)) sh.head_dim = (int)v, sh.name = "custom";
+        else if (!strcmp(a, "--tile") && cli_parse_int(a, val, 1, 256, &v)) sh.tile_tokens = (int)v;
         else if (strlen(val) >= sizeof dbuf && (!strcmp(a, "-d") || !strcmp(a, "-t") || strstr(a, "ct"))) {
             fprintf(stderr, "kvq attn-bench: %s: list longer than %zu characters\n", a, sizeof dbuf - 1);
             return 2;
@@ -280,6 +285,7 @@ int cmd_attn_bench(int argc, char **argv) {
     float *q = malloc(sizeof(float) * qn), *out = malloc(sizeof(float) * qn);
     for (size_t i = 0; i < qn; i++) q[i] = noise[i % NOISE];
 
+    if (sh.tile_tokens) fprintf(stderr, "kvq attn-bench: tiles of %d tokens\n", sh.tile_tokens);
     if (!json)
         printf("| shape | depth | ctk | ctv | threads | ms | MB read | GB/s | of bw | vs f16 | CV | append us | append/step |\n"
                "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
