@@ -60,8 +60,8 @@ static inline int rot_span(int side) { return side == 0 ? 16 : 8; }
  * the codes of a tile (codes: the tile's start) and idx: write = 1 builds
  * every code byte of the span from idx, write = 0 reads idx back. b is a
  * constant at each call. */
-static KVQ_ALWAYS_INLINE void rot_walk(const int b, int side, int d, int g, uint8_t *codes, uint8_t *idx,
-                                       int write) {
+static KVQ_ALWAYS_INLINE void rot_walk(const int b, const int side, int d, int g, uint8_t *codes, uint8_t *idx,
+                                       const int write) {
 #define ROT_BYTE(at, expr_build, stmt_read) \
     do {                                    \
         uint8_t *const p_ = (at);           \
@@ -152,13 +152,22 @@ static KVQ_ALWAYS_INLINE void rot_walk(const int b, int side, int d, int g, uint
 #undef ROT_BYTE
 }
 
+/* rot_walk with b, side and the direction constant in each body (the walk
+ * runs on every flush and on every tile prefill decodes). */
+#define ROT_WALK_SIDES(B, W)                                    \
+    (side == 0 ? rot_walk(B, 0, d, g, codes, idx, W) : rot_walk(B, 1, d, g, codes, idx, W))
 static void rot_walk_b(int b, int side, int d, int g, uint8_t *codes, uint8_t *idx, int write) {
-    switch (b) {
-    case 2: rot_walk(2, side, d, g, codes, idx, write); break;
-    case 3: rot_walk(3, side, d, g, codes, idx, write); break;
-    default: rot_walk(4, side, d, g, codes, idx, write); break;
+    if (write) {
+        if (b == 2) ROT_WALK_SIDES(2, 1);
+        else if (b == 3) ROT_WALK_SIDES(3, 1);
+        else ROT_WALK_SIDES(4, 1);
+    } else {
+        if (b == 2) ROT_WALK_SIDES(2, 0);
+        else if (b == 3) ROT_WALK_SIDES(3, 0);
+        else ROT_WALK_SIDES(4, 0);
     }
 }
+#undef ROT_WALK_SIDES
 
 /* A rotated row's d indices (dense b-bit string, LSB first: rotated.h) to
  * bytes and back. */
@@ -343,12 +352,11 @@ static inline float value(int kind, int side, uint8_t u, float d) {
     return (u - 8) * d;
 }
 
-void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y) {
-    if (rot_bits(c)) {
-        rot_decode(c, side, T, tile, y);
-        return;
-    }
-    const int kind = c->desc->param, q8 = kind == KVQ_GGML_Q8_0, nb = c->head_dim / 32, d = c->head_dim;
+/* The body of kvq_kv_tile_decode for the ggml kinds, kind and side constant
+ * at each call. */
+static KVQ_ALWAYS_INLINE void ggml_decode(const kvq_codec *c, const int kind, const int side, int T,
+                                          const uint8_t *tile, float *y) {
+    const int q8 = kind == KVQ_GGML_Q8_0, nb = c->head_dim / 32, d = c->head_dim;
     if (side == 0) {
         const size_t gb = (size_t)16 * nb * (q8 ? 34 : 18), gc = (size_t)16 * nb * (q8 ? 32 : 16);
         for (int r = 0; r < T; r++) {
@@ -389,4 +397,19 @@ void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile
             }
         }
     }
+}
+
+void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y) {
+    if (rot_bits(c)) {
+        rot_decode(c, side, T, tile, y);
+        return;
+    }
+#define GGML_DECODE_SIDES(KIND) \
+    (side == 0 ? ggml_decode(c, KIND, 0, T, tile, y) : ggml_decode(c, KIND, 1, T, tile, y))
+    switch (c->desc->param) {
+    case KVQ_GGML_Q8_0: GGML_DECODE_SIDES(KVQ_GGML_Q8_0); break;
+    case KVQ_GGML_IQ4_NL: GGML_DECODE_SIDES(KVQ_GGML_IQ4_NL); break;
+    default: GGML_DECODE_SIDES(KVQ_GGML_Q4_0); break;
+    }
+#undef GGML_DECODE_SIDES
 }
