@@ -101,6 +101,7 @@ typedef struct kvq_attn_kernels {
     kvq_attn_fused_fn fused;  /* NULL where the path has none: tiles are decoded to floats first */
     kvq_attn_block_fn block;  /* NULL where the path has none: queries run one by one */
     kvq_attn_vnni_fn vnni;    /* NULL without AVX512-VNNI: interleaved tiles are unpacked to rows */
+    kvq_kv_tile_decode_fn tile_decode; /* interleaved tiles to floats (prefill, or no integer kernel) */
 } kvq_attn_kernels;
 
 /* The fused format of a codec's attention-domain rows, or -1 (+qjl). */

@@ -68,6 +68,7 @@ void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
     *out = (kvq_attn_kernels){0};
     out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_ref;
     out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_ref;
+    out->tile_decode = kvq_kv_tile_decode;
 #if KVQ_HAVE_X86
     if (isa >= KVQ_ISA_AVX2) {
         out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_avx2;
@@ -78,6 +79,7 @@ void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
         out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_avx512;
         out->fused = kvq_attn_fused_avx512;
         out->block = kvq_attn_block_avx512;
+        out->tile_decode = kvq_kv_tile_decode_avx512;
         if (kvq_cpu_has_vnni()) out->vnni = kvq_attn_vnni_avx512;
     }
 #endif
@@ -144,7 +146,7 @@ static void decode_tile(const run_ctx *rc, int side, const uint8_t *src, float *
     const kvq_codec *c = rc->L->codec[side];
     const int n = rc->T;
     if (rc->L->interleaved) {
-        kvq_kv_tile_decode(c, side, n, src, y); /* attention-domain values, as decode_tile_domain's */
+        rc->kern.tile_decode(c, side, n, src, y); /* attention-domain values, as decode_tile_domain's */
     } else if (c->qjl) {
         for (int r = 0; r < n; r++) kvq_codec_decode_row(c, src + (size_t)r * c->row_bytes, y + (size_t)r * c->head_dim);
     } else {
@@ -332,6 +334,8 @@ static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[16], float *
     for (int j = 0; j < 16; j++) codes[j] = (uint8_t)(lrintf(cent[j] / *unit) + 128);
 }
 
+static size_t pad64(size_t n) { return (n + 63) & ~(size_t)63; }
+
 static int is_f16_rows(const kvq_codec *c) {
     return !c->qjl && !c->mean && c->desc->family == &kvq_family_plain && c->desc->param == KVQ_PLAIN_F16;
 }
@@ -426,17 +430,18 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     const int n_workers = kvq_threadpool_size(pool);
     const size_t n_tasks = (size_t)H * c.tasks_per_head;
     const size_t qn = (size_t)n_q * n_head * d;
-    float *qd = kvq_alloc_aligned(sizeof(float) * 2 * qn);
-    float *part = kvq_alloc_aligned(sizeof(float) * n_tasks * n_q * part_floats(&c));
-    float *scratch = kvq_alloc_aligned(sizeof(float) * (size_t)n_workers * 2 * c.T * d);
-    kvq_attn_qi8 *qi = c.vnni ? kvq_alloc_aligned(sizeof *qi * (size_t)n_q * n_head) : NULL;
-    if (!qd || !part || !scratch || (c.vnni && !qi)) {
-        kvq_free_aligned(qd);
-        kvq_free_aligned(part);
-        kvq_free_aligned(scratch);
-        kvq_free_aligned(qi);
-        return kvq_fail(KVQ_ERR_NOMEM, "attention: out of memory");
-    }
+    /* One block, kept in the store between calls, cut into 64-byte aligned pieces. */
+    const size_t qd_bytes = pad64(sizeof(float) * 2 * qn);
+    const size_t part_bytes = pad64(sizeof(float) * n_tasks * n_q * part_floats(&c));
+    const size_t scratch_bytes = pad64(sizeof(float) * (size_t)n_workers * 2 * c.T * d);
+    const size_t qi_bytes = c.vnni ? sizeof(kvq_attn_qi8) * (size_t)n_q * n_head : 0;
+    kvq_scratch *held = (kvq_scratch *)&kv->attn; /* mutable by design: see kvq_scratch */
+    uint8_t *block = kvq_scratch_take(held, qd_bytes + part_bytes + scratch_bytes + qi_bytes);
+    KVQ_RETURN_IF(!block, KVQ_ERR_NOMEM, "attention: out of memory");
+    float *qd = (float *)(void *)block;
+    float *part = (float *)(void *)(block + qd_bytes);
+    float *scratch = (float *)(void *)(block + qd_bytes + part_bytes);
+    kvq_attn_qi8 *qi = c.vnni ? (kvq_attn_qi8 *)(void *)(block + qd_bytes + part_bytes + scratch_bytes) : NULL;
     const float scale = 1.0f / sqrtf((float)d);
     float *qr = qd + qn;
     for (size_t r = 0; r < (size_t)n_q * n_head; r++) {
@@ -453,10 +458,7 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     c.scratch = scratch;
     kvq_threadpool_run(pool, (int)n_tasks, run_task, &c);
     finish(&c, out);
-    kvq_free_aligned(qd);
-    kvq_free_aligned(part);
-    kvq_free_aligned(scratch);
-    kvq_free_aligned(qi);
+    kvq_scratch_give(held, block);
     return KVQ_OK;
 }
 

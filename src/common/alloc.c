@@ -34,6 +34,22 @@ void *kvq_alloc_aligned(size_t size) {
     return base + ALLOC_HEADER;
 }
 
+/* Bytes a block from kvq_alloc_aligned can hold. */
+static size_t block_capacity(const void *p) {
+    return ((const size_t *)(const void *)((const unsigned char *)p - ALLOC_HEADER))[0] - ALLOC_HEADER;
+}
+
+void *kvq_scratch_take(kvq_scratch *s, size_t size) {
+    void *p = atomic_exchange(&s->block, NULL);
+    if (p && block_capacity(p) >= size) return p;
+    kvq_free_aligned(p);
+    return kvq_alloc_aligned(size);
+}
+
+void kvq_scratch_give(kvq_scratch *s, void *p) { kvq_free_aligned(atomic_exchange(&s->block, p)); }
+
+void kvq_scratch_free(kvq_scratch *s) { kvq_scratch_give(s, NULL); }
+
 void kvq_free_aligned(void *p) {
     if (!p) return;
     unsigned char *base = (unsigned char *)p - ALLOC_HEADER;

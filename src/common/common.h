@@ -2,6 +2,7 @@
 #ifndef KVQ_COMMON_H
 #define KVQ_COMMON_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "kvq.h"
@@ -46,6 +47,19 @@ int kvq_cpu_has_vnni(void);
 /* Cache-line aligned allocation (64 bytes); NULL on failure or size 0. */
 void *kvq_alloc_aligned(size_t size);
 void kvq_free_aligned(void *p);
+
+/* One block kept between calls of a hot path (attention's per-call buffers:
+ * mapped, faulted and zeroed afresh they were 14% of a prefill). take
+ * returns it when it holds size bytes (else frees it and allocates a new
+ * one; NULL when out of memory), give puts one back (freeing the one already
+ * there). Both are one atomic exchange, so concurrent callers each get a
+ * block of their own. Zero-initialised is empty. */
+typedef struct kvq_scratch {
+    _Atomic(void *) block;
+} kvq_scratch;
+void *kvq_scratch_take(kvq_scratch *s, size_t size);
+void kvq_scratch_give(kvq_scratch *s, void *p);
+void kvq_scratch_free(kvq_scratch *s);
 
 /* a * b, or SIZE_MAX on overflow. */
 static inline size_t kvq_mul_size(size_t a, size_t b) {

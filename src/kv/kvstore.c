@@ -177,6 +177,7 @@ void kvq_kv_free(kvq_kv *kv) {
     kvq_free_aligned(kv->rows);
     kvq_free_aligned(kv->tile);
     kvq_codec_free(kv->f16);
+    kvq_scratch_free(&kv->attn);
     for (int i = 0; i < 4; i++) kvq_codec_free(kv->codecs[i]);
     free(kv);
 }

@@ -43,6 +43,7 @@ struct kvq_kv {
     uint8_t *rows;          /* (tile_tokens, max_row_bytes) flush's codec rows before packing */
     float *tile;            /* (tile_tokens, head_dim) flush's staging tile as floats */
     kvq_codec *f16;         /* staging's f32 <-> f16 rows (the f16 codec: SIMD, bit-exact with fp16.h) */
+    kvq_scratch attn;       /* attention's per-call buffers, kept between calls (reading a const kv may take it) */
 };
 
 /* Tokens of a layer in the sinks, the compressed tiles and the staging
@@ -63,6 +64,9 @@ void kvq_kv_tile_unpack_row(const kvq_codec *c, int side, int T, const uint8_t *
 /* A whole interleaved tile decoded to floats y (T, head_dim), bit-exact with
  * the codec's row decode of the unpacked rows (attention's scratch path). */
 void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y);
+typedef void (*kvq_kv_tile_decode_fn)(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y);
+/* The same with AVX-512 (tile_layout_avx512.c), bit-exact with it. */
+void kvq_kv_tile_decode_avx512(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y);
 /* The T rows of a tile of layer L as codec rows, whatever the layer's layout. */
 void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *tile, uint8_t *rows);
 

@@ -318,7 +318,7 @@ TEST(attn_ref_matches_direct_two_pass_formula) {
  * tile_layout.c's header says (formulas written out here, apart from
  * tile_layout.c's). */
 TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
-    static const char *const names[] = {"q4_0", "q8_0", "iq4_nl", "turbo2", "iso3", "rotor4"};
+    static const char *const names[] = {"q4_0", "q8_0", "iq4_nl", "turbo2", "iso3", "rotor4", "turbo3"};
     static const int dims[] = {32, 64, 128, 256, 512}, tiles[] = {16, 32, 48, 256};
     uint64_t s = 11;
     for (size_t ci = 0; ci < KVQ_ARRAY_LEN(names); ci++)
@@ -337,6 +337,7 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                 const int T = tiles[ti];
                 uint8_t *rows = malloc((size_t)T * rb), *tile = malloc((size_t)T * rb), *back = malloc(rb);
                 float *y = malloc(sizeof(float) * (size_t)T * d), *yr = malloc(sizeof(float) * (size_t)T * d);
+                float *ysimd = malloc(sizeof(float) * (size_t)T * d);
                 for (size_t i = 0; i < (size_t)T * rb; i++) rows[i] = (uint8_t)kvq_splitmix64(&s);
                 /* Finite scales: NaN payloads need not survive every path. */
                 for (int r = 0; r < T; r++)
@@ -346,6 +347,15 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                     memset(tile, 0xEE, (size_t)T * rb);
                     kvq_kv_tile_pack(c, side, T, rows, tile);
                     kvq_kv_tile_decode(c, side, T, tile, y);
+#if KVQ_HAVE_X86
+                    if (kvq_isa_supported(KVQ_ISA_AVX512)) {
+                        kvq_kv_tile_decode_avx512(c, side, T, tile, ysimd);
+                        for (size_t i = 0; i < (size_t)T * d; i++)
+                            CHECKF(!memcmp(&y[i], &ysimd[i], sizeof(float)),
+                                   "%s d=%d T=%d side %d: AVX-512 tile decode differs at row %zu dim %zu: %g vs %g",
+                                   names[ci], d, T, side, i / d, i % d, ysimd[i], y[i]);
+                    }
+#endif
                     for (int r = 0; r < T; r++) {
                         kvq_kv_tile_unpack_row(c, side, T, tile, r, back);
                         CHECKF(!memcmp(back, rows + (size_t)r * rb, rb), "%s d=%d T=%d side %d: row %d differs",
@@ -417,6 +427,7 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                 free(back);
                 free(y);
                 free(yr);
+                free(ysimd);
             }
             kvq_codec_free(c);
             if (kvq_test_failed()) return;
@@ -515,4 +526,30 @@ TEST(alloc_aligned_small_large_and_refused) {
     CHECK(kvq_alloc_aligned(SIZE_MAX) == NULL);
     CHECK(kvq_alloc_aligned(SIZE_MAX - 100) == NULL);
     kvq_free_aligned(NULL);
+}
+
+/* kvq_scratch: a block given back comes back while it is big enough (whole
+ * capacity writable), a bigger request replaces it, two takers never share
+ * one, and a refused size leaves nothing held. */
+TEST(scratch_block_is_reused_grown_and_never_shared) {
+    kvq_scratch s = {0};
+    uint8_t *a = kvq_scratch_take(&s, 1000);
+    CHECK(a && ((uintptr_t)a & 63) == 0);
+    if (!a) return;
+    memset(a, 1, 1000);
+    uint8_t *b = kvq_scratch_take(&s, 1000); /* a is out: a new block */
+    CHECK(b && b != a);
+    kvq_scratch_give(&s, a);
+    kvq_scratch_give(&s, b); /* frees a */
+    uint8_t *c = kvq_scratch_take(&s, 1024); /* b's capacity is 1024 (64-byte multiples) */
+    CHECK(c == b);
+    if (c) memset(c, 2, 1024);
+    kvq_scratch_give(&s, c);
+    uint8_t *big = kvq_scratch_take(&s, 1 << 20);
+    CHECK(big && big != b);
+    if (big) memset(big, 3, 1 << 20);
+    kvq_scratch_give(&s, big);
+    CHECK(kvq_scratch_take(&s, SIZE_MAX) == NULL); /* frees big, holds nothing */
+    CHECK(atomic_load(&s.block) == NULL);
+    kvq_scratch_free(&s);
 }
