@@ -74,15 +74,18 @@ typedef struct kvq_attn_qi8 {
 
 void kvq_attn_qi8_prepare(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out);
 
-/* One interleaved K tile and V tile (tile_layout.c) of T tokens (a multiple
- * of 16) of q4_0, q8_0, iq4_nl or a rotated codec of 2, 3 or 4 bits, with
- * the next tiles of their streams to prefetch (or NULL). iq4_nl and the
+/* NT (1 or 2, NT T <= KVQ_KV_MAX_TILE) consecutive interleaved K tiles and
+ * V tiles (tile_layout.c) of T tokens (a multiple of 16) of q4_0, q8_0,
+ * iq4_nl or a rotated codec of 2, 3 or 4 bits, with the tiles after them in
+ * their streams to prefetch (or NULL). Two tiles share one softmax step and
+ * one p rounding: the per-tile reductions were most of the kernel's time
+ * past the bytes (a 64-token run: -28% per token for turbo4). iq4_nl and the
  * rotated kinds index a table of 16 u8 codes (codebook value x 1 / unit,
  * rounded, + 128); a code c stands for (c - 128) x unit. */
 enum { KVQ_ITILE_Q4_0, KVQ_ITILE_Q8_0, KVQ_ITILE_IQ4_NL, KVQ_ITILE_ROT2, KVQ_ITILE_ROT3, KVQ_ITILE_ROT4, KVQ_ITILE_COUNT };
 typedef struct kvq_attn_itiles {
-    const uint8_t *k, *v, *k_next, *v_next;
-    int T;
+    const uint8_t *k[2], *v[2], *k_next[2], *v_next[2];
+    int T, NT;
     int k_kind, v_kind;      /* KVQ_ITILE_* */
     const uint8_t *lut[2];   /* K / V code tables (16), where the kind has one */
     float unit[2];           /* K / V: the value of one step of a table's codes */
@@ -91,8 +94,8 @@ typedef struct kvq_attn_itiles {
 /* Online-softmax attention of G <= KVQ_ATTN_MAX_G query heads over the first
  * n tokens of interleaved tiles, with vpdpbusd: scores from the int8 query
  * (and its residual where K is q8_0), P x V from the softmax weights times
- * each token's V scale rounded to 8 bits per (head, block, tile) (rotated
- * V: per (head, tile)). Same running state as kvq_attn_tile_fn. */
+ * each token's V scale rounded to 8 bits per (head, block, NT tiles)
+ * (rotated V: per (head, NT tiles)). Same running state as kvq_attn_tile_fn. */
 typedef void (*kvq_attn_vnni_fn)(int G, int d, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *t, float *m,
                                  float *l, float *acc);
 

@@ -195,12 +195,12 @@ static void attend_rows(const run_ctx *c, int kvh, int kind, int pos, int n, con
     }
 }
 
-/* The integer kernel over one pair of interleaved tiles at positions pos..,
+/* The integer kernel over a run of interleaved tiles at positions pos..,
  * for every query whose causal window reaches them. */
 static void attend_itiles(const run_ctx *c, int kvh, int pos, const kvq_attn_itiles *it, float *part) {
-    const int n_head = c->G * c->kv->p.n_kv_head;
+    const int n_head = c->G * c->kv->p.n_kv_head, run = it->NT * it->T;
     for (int i = 0; i < c->n_q; i++) {
-        const int n_valid = c->pos0 + i - pos + 1 < it->T ? c->pos0 + i - pos + 1 : it->T;
+        const int n_valid = c->pos0 + i - pos + 1 < run ? c->pos0 + i - pos + 1 : run;
         if (n_valid <= 0) continue;
         float *p = part + (size_t)i * part_floats(c);
         for (int g0 = 0; g0 < c->G; g0 += KVQ_ATTN_MAX_G) {
@@ -249,11 +249,19 @@ static void run_task(int task, int worker, void *arg) {
         const int pos = n_sunk + t * T;
         if (pos > c->pos0 + c->n_q - 1) break;
         if (c->vnni) {
-            const int more = t + 1 < t_end;
-            const kvq_attn_itiles it = {sk->tiles[t], sv->tiles[t], more ? sk->tiles[t + 1] : NULL,
-                                        more ? sv->tiles[t + 1] : NULL, T, c->k_kind, c->v_kind,
-                                        {c->icodes[0], c->icodes[1]}, {c->iunit[0], c->iunit[1]}};
+            /* Tiles in pairs where the task has two left (kvq_attn_itiles). */
+            const int NT = t + 1 < t_end && 2 * T <= KVQ_KV_MAX_TILE ? 2 : 1;
+            kvq_attn_itiles it = {.T = T, .NT = NT, .k_kind = c->k_kind, .v_kind = c->v_kind,
+                                  .lut = {c->icodes[0], c->icodes[1]}, .unit = {c->iunit[0], c->iunit[1]}};
+            for (int i = 0; i < NT; i++) {
+                const int next = t + NT + i;
+                it.k[i] = sk->tiles[t + i];
+                it.v[i] = sv->tiles[t + i];
+                it.k_next[i] = next < t_end ? sk->tiles[next] : NULL;
+                it.v_next[i] = next < t_end ? sv->tiles[next] : NULL;
+            }
             attend_itiles(c, kvh, pos, &it, part);
+            t += NT - 1;
             continue;
         }
         if (c->in_place) {

@@ -86,16 +86,17 @@ static KVQ_ALWAYS_INLINE int32_t ld32(const void *p) {
     return x;
 }
 
-/* s (G, T): the scores of tokens [0, n) of an interleaved K tile, -Inf past n.
+/* s (G, NT T): the scores of tokens [0, n) of NT interleaved K tiles, -Inf past n.
  * The query residual (a second product, ~15 bits of query) only for q8_0 K,
  * whose own error is small enough for 8 bits of query to show. */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G, int nb, int T, int n,
                                                            const kvq_attn_qi8 *q, const kvq_attn_itiles *it,
                                                            float *s) {
-    const int KQ8 = KIND == KVQ_ITILE_Q8_0, QP = KQ8 ? 2 : 1;
-    const uint8_t *kt = it->k, *pf = it->k_next;
+    const int KQ8 = KIND == KVQ_ITILE_Q8_0, QP = KQ8 ? 2 : 1, ST = it->NT * T;
     const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? lane_lut(it->lut[0]) : _mm512_setzero_si512();
     const size_t gb = k_group_bytes(KQ8, nb), gc = k_group_codes(KQ8, nb);
+    for (int i = 0; i < it->NT; i++) {
+    const uint8_t *kt = it->k[i], *pf = it->k_next[i];
 #pragma GCC unroll 2
     for (int h = 0; h < T / 16; h++) {
         const uint8_t *grp = kt + h * gb, *pg = pf ? pf + h * gb : NULL;
@@ -147,55 +148,62 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
         }
         if (pg)
             for (size_t o = gc; o < gb; o += 64) _mm_prefetch((const char *)pg + o, _MM_HINT_T0);
-        const int valid = n - 16 * h;
+        const int valid = n - i * T - 16 * h;
         const __mmask16 keep = valid >= 16 ? 0xFFFF : valid <= 0 ? 0 : (__mmask16)((1u << valid) - 1);
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++)
-            _mm512_store_ps(s + g * T + 16 * h, _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), keep, sc[g]));
+            _mm512_store_ps(s + g * ST + i * T + 16 * h, _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), keep, sc[g]));
+    }
     }
 }
 
-/* Softmax weights p (T) times the tokens' fp16 V scales sc (T), rounded to
- * 8 bits (s8, or u8 where U8: one bit more for q8_0's non-negative scales)
- * with step max / levels: stores the codes in out, the step in *step, and
- * returns the codes' sum (for the codes' offset correction). */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE int32_t round_p(const float *p, const uint8_t *sc, int T, const int U8,
-                                                              int8_t *out, float *step) {
+/* Softmax weights p (NT T) times the tokens' fp16 V scales (T at sc[i] for
+ * tile i), rounded to 8 bits (s8, or u8 where U8: one bit more for q8_0's
+ * non-negative scales) with step max / levels: stores the codes in out, the
+ * step in *step, and returns the codes' sum (for the codes' offset
+ * correction). */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE int32_t round_p(const float *p, const uint8_t *const sc[2], int NT,
+                                                              int T, const int U8, int8_t *out, float *step) {
     __m512 mx = _mm512_setzero_ps();
+    for (int i = 0; i < NT; i++)
 #pragma GCC unroll 2
-    for (int h = 0; h < T; h += 16)
-        mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_mul_ps(_mm512_load_ps(p + h),
-                                                           _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 2 * h))))));
+        for (int h = 0; h < T; h += 16)
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_mul_ps(
+                                       _mm512_load_ps(p + i * T + h),
+                                       _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[i] + 2 * h))))));
     const float amax = _mm512_reduce_max_ps(mx), levels = U8 ? 255.0f : 127.0f;
     const __m512 inv = _mm512_set1_ps(amax > 0 ? levels / amax : 0.0f);
     *step = amax / levels;
     __m512i sum = _mm512_setzero_si512();
+    for (int i = 0; i < NT; i++)
 #pragma GCC unroll 2
-    for (int h = 0; h < T; h += 16) {
-        const __m512 x = _mm512_mul_ps(_mm512_load_ps(p + h), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 2 * h))));
-        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv));
-        sum = _mm512_add_epi32(sum, qi);
-        _mm_store_si128((__m128i *)(out + h), U8 ? _mm512_cvtusepi32_epi8(qi) : _mm512_cvtepi32_epi8(qi));
-    }
+        for (int h = 0; h < T; h += 16) {
+            const __m512 x = _mm512_mul_ps(_mm512_load_ps(p + i * T + h),
+                                           _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[i] + 2 * h))));
+            const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv));
+            sum = _mm512_add_epi32(sum, qi);
+            _mm_store_si128((__m128i *)(out + i * T + h), U8 ? _mm512_cvtusepi32_epi8(qi) : _mm512_cvtepi32_epi8(qi));
+        }
     return _mm512_reduce_add_epi32(sum);
 }
 
-/* acc (G, d) += p (G, T) x an interleaved V tile. */
+/* acc (G, d) += p (G, NT T) x NT interleaved V tiles. */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, int d, int nb, int T,
                                                        const float *p, const kvq_attn_itiles *it, float *acc) {
-    const int VQ8 = KIND == KVQ_ITILE_Q8_0, off = KIND == KVQ_ITILE_IQ4_NL ? 128 : 8;
-    const uint8_t *vt = it->v, *pf = it->v_next;
-    /* p x V scale of head g, block b, token t, rounded: pq[(g nb + b) T + t],
-     * packed (rows 4 KiB apart would alias the stores they follow). */
+    const int VQ8 = KIND == KVQ_ITILE_Q8_0, off = KIND == KVQ_ITILE_IQ4_NL ? 128 : 8, NT = it->NT, ST = NT * T;
+    /* p x V scale of head g, block b, token t of the run, rounded:
+     * pq[(g nb + b) ST + t], packed (rows 4 KiB apart would alias the stores
+     * they follow). */
     _Alignas(64) int8_t pq[KVQ_ATTN_MAX_G * KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
     float sp[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32];
     int32_t corr[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32];
-    const uint8_t *vs = vt + v_codes(VQ8, nb, T);
 #pragma GCC unroll 8
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 2
         for (int b = 0; b < nb; b++) {
-            const int32_t sum = round_p(p + g * T, vs + 2 * (size_t)b * T, T, VQ8, &pq[((size_t)g * nb + b) * T], &sp[g][b]);
+            const uint8_t *const vs[2] = {it->v[0] + v_codes(VQ8, nb, T) + 2 * (size_t)b * T,
+                                          NT > 1 ? it->v[1] + v_codes(VQ8, nb, T) + 2 * (size_t)b * T : NULL};
+            const int32_t sum = round_p(p + g * ST, vs, NT, T, VQ8, &pq[((size_t)g * nb + b) * ST], &sp[g][b]);
             corr[g][b] = VQ8 ? 0 : -off * sum;
         }
     /* Blocks per pass over the tile: 2 BB accumulators per head stay in registers. */
@@ -207,6 +215,9 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
         for (int g = 0; g < G; g++)
 #pragma GCC unroll 16
             for (int k = 0; k < 2 * BB; k++) a[g][k] = _mm512_set1_epi32(b0 + k / 2 < nb ? corr[g][b0 + k / 2] : 0);
+        for (int i = 0; i < NT; i++) {
+        const uint8_t *vt = it->v[i], *pf = it->v_next[i];
+        const int8_t *pqi = pq + (size_t)i * T;
 #pragma GCC unroll 8
         for (int j = 0; j < T / 4; j++) {
 #pragma GCC unroll 8
@@ -220,7 +231,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
                     nibble_codes(KIND, z, lut, &c0, &c1);
 #pragma GCC unroll 8
                     for (int g = 0; g < G; g++) {
-                        const __m512i pb = _mm512_set1_epi32(ld32(&pq[((size_t)g * nb + b) * T + 4 * j]));
+                        const __m512i pb = _mm512_set1_epi32(ld32(&pqi[((size_t)g * nb + b) * ST + 4 * j]));
                         a[g][2 * kb] = _mm512_dpbusd_epi32(a[g][2 * kb], c0, pb);
                         a[g][2 * kb + 1] = _mm512_dpbusd_epi32(a[g][2 * kb + 1], c1, pb);
                     }
@@ -232,10 +243,11 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
 #pragma GCC unroll 8
                         for (int g = 0; g < G; g++)
                             a[g][2 * kb + half] =
-                                _mm512_dpbusd_epi32(a[g][2 * kb + half], _mm512_set1_epi32(ld32(&pq[((size_t)g * nb + b) * T + 4 * j])), z);
+                                _mm512_dpbusd_epi32(a[g][2 * kb + half], _mm512_set1_epi32(ld32(&pqi[((size_t)g * nb + b) * ST + 4 * j])), z);
                     }
                 }
             }
+        }
         }
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++)
@@ -248,9 +260,10 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
                                                       _mm512_loadu_ps(dst)));
             }
     }
-    if (pf)
-        for (size_t o = v_codes(VQ8, nb, T); o < v_codes(VQ8, nb, T) + 2 * (size_t)nb * T; o += 64)
-            _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+    for (int i = 0; i < NT; i++)
+        if (it->v_next[i])
+            for (size_t o = v_codes(VQ8, nb, T); o < v_codes(VQ8, nb, T) + 2 * (size_t)nb * T; o += 64)
+                _mm_prefetch((const char *)it->v_next[i] + o, _MM_HINT_T0);
 }
 
 /* ------------------------------------------------------- rotated codecs */
@@ -277,20 +290,21 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot_codes(const int b, in
     return _mm512_shuffle_epi8(lut, x);
 }
 
-/* s (G, T) over a rotated K tile: per group of 16 tokens, the codes of 4
+/* s (G, NT T) over NT rotated K tiles: per group of 16 tokens, the codes of 4
  * dims x 16 tokens per vpdpbusd; one float conversion per group. */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, const int G, int d, int T, int n,
                                                                const kvq_attn_qi8 *q, const kvq_attn_itiles *it,
                                                                float *s) {
-    const int b = rot_bits(KIND);
+    const int b = rot_bits(KIND), ST = it->NT * T;
     const size_t codes = 2 * (size_t)d * b, gb = codes + 32;
     const __m512i lut = lane_lut(it->lut[0]);
     __m512 qs[KVQ_ATTN_MAX_G];
 #pragma GCC unroll 8
     for (int g = 0; g < G; g++) qs[g] = _mm512_set1_ps(q[g].scale[0] * it->unit[0]);
+    for (int i = 0; i < it->NT; i++) {
 #pragma GCC unroll 2
     for (int h = 0; h < T / 16; h++) {
-        const uint8_t *grp = it->k + h * gb, *pg = it->k_next ? it->k_next + h * gb : NULL;
+        const uint8_t *grp = it->k[i] + h * gb, *pg = it->k_next[i] ? it->k_next[i] + h * gb : NULL;
         __m512i a[KVQ_ATTN_MAX_G];
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++) a[g] = _mm512_set1_epi32(q[g].off_all);
@@ -321,30 +335,32 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
         }
         if (pg) _mm_prefetch((const char *)pg + codes, _MM_HINT_T0);
         const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + codes)));
-        const int valid = n - 16 * h;
+        const int valid = n - i * T - 16 * h;
         const __mmask16 keep = valid >= 16 ? 0xFFFF : valid <= 0 ? 0 : (__mmask16)((1u << valid) - 1);
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++)
-            _mm512_store_ps(s + g * T + 16 * h,
+            _mm512_store_ps(s + g * ST + i * T + 16 * h,
                             _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), keep,
                                                _mm512_mul_ps(_mm512_cvtepi32_ps(a[g]), _mm512_mul_ps(dk, qs[g]))));
     }
+    }
 }
 
-/* acc (G, d) += p (G, T) x a rotated V tile: p times each token's scale
- * rounded to int8 per (head, tile), against the u8 codes (centroid + 128;
+/* acc (G, d) += p (G, NT T) x NT rotated V tiles: p times each token's scale
+ * rounded to int8 per (head, run), against the u8 codes (centroid + 128;
  * the offset corrected in the accumulator's start). G <= 4 (callers split):
  * 4 accumulators of 16 dims per head for each 64 dims in flight. */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const int G, int d, int T,
                                                            const float *p, const kvq_attn_itiles *it, float *acc) {
-    const int b = rot_bits(KIND);
+    const int b = rot_bits(KIND), NT = it->NT, ST = NT * T;
     _Alignas(64) int8_t pq[4][KVQ_KV_MAX_TILE];
     float sp[4];
     int32_t corr[4];
-    const uint8_t *vs = it->v + (size_t)T * d * b / 8, *pf = it->v_next;
+    const size_t scales = (size_t)T * d * b / 8;
+    const uint8_t *const vs[2] = {it->v[0] + scales, NT > 1 ? it->v[1] + scales : NULL};
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++) {
-        corr[g] = -128 * round_p(p + g * T, vs, T, 0, pq[g], &sp[g]);
+        corr[g] = -128 * round_p(p + g * ST, vs, NT, T, 0, pq[g], &sp[g]);
         sp[g] *= it->unit[1];
     }
     const __m512i lut = lane_lut(it->lut[1]);
@@ -358,17 +374,19 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
         for (int g = 0; g < G; g++)
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) a[g][u] = _mm512_set1_epi32(corr[g]);
+        for (int i = 0; i < NT; i++) {
+        const uint8_t *vt = it->v[i], *pf = it->v_next[i];
         if (b == 3) {
 #pragma GCC unroll 2
             for (int o = 0; o < T / 8; o++) {
                 const size_t at = (size_t)o * 2 * quad_bytes + 64 * 3 * (size_t)c;
-                const __m512i l[2] = {load_line(it->v, pf, at), load_line(it->v, pf, at + 64)};
-                const __m512i hi = load_line(it->v, pf, at + 128);
+                const __m512i l[2] = {load_line(vt, pf, at), load_line(vt, pf, at + 64)};
+                const __m512i hi = load_line(vt, pf, at + 128);
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) {
                     __m512i pb[4];
 #pragma GCC unroll 4
-                    for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g][8 * o + 4 * h]));
+                    for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g][i * T + 8 * o + 4 * h]));
 #pragma GCC unroll 4
                     for (int k = 0; k < 4; k++) {
                         const __m512i x = rot_codes(3, k, l[h], hi, 2 * k + h, lut);
@@ -382,9 +400,9 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
             for (int j = 0; j < T / 4; j++) {
                 __m512i pb[4];
 #pragma GCC unroll 4
-                for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g][4 * j]));
+                for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g][i * T + 4 * j]));
                 for (int w = 0; w < (b == 4 ? U / 2 : 1); w++) { /* vectors of this pass */
-                    const __m512i z = load_line(it->v, pf, (size_t)j * quad_bytes + 64 * ((b == 4 ? 2 : 1) * (size_t)c + w));
+                    const __m512i z = load_line(vt, pf, (size_t)j * quad_bytes + 64 * ((b == 4 ? 2 : 1) * (size_t)c + w));
                     for (int k = 0; k < (b == 4 ? 2 : 4); k++) {
                         const __m512i x = rot_codes(b, k, z, z, 0, lut);
 #pragma GCC unroll 4
@@ -393,6 +411,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
                     }
                 }
             }
+        }
         }
         /* b = 4: unit u of vector w covers dims 32 (2c + w) + 16 (u % 2), i.e. 64c + 16u. */
 #pragma GCC unroll 4
@@ -404,9 +423,9 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
                                                       _mm512_loadu_ps(dst)));
             }
     }
-    if (pf)
-        for (size_t o = (size_t)T * d * b / 8; o < (size_t)T * d * b / 8 + 2 * (size_t)T; o += 64)
-            _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+    for (int i = 0; i < NT; i++)
+        if (it->v_next[i])
+            for (size_t o = scales; o < scales + 2 * (size_t)T; o += 64) _mm_prefetch((const char *)it->v_next[i] + o, _MM_HINT_T0);
 }
 
 /* Scores and P x V are instantiated per codec kind and G, each with d and T
@@ -430,10 +449,10 @@ typedef void (*pv_fn)(int d, int T, const float *p, const kvq_attn_itiles *it, f
             const int G1 = G < 4 ? G : 4, G2 = G - G1; /* pv_rot takes 4 heads at most */                   \
             if (d == 64 && T == 32) {                                                                        \
                 pv_rot(KIND, G1, 64, 32, p, it, acc);                                                        \
-                if (G2) pv_rot(KIND, G2, 64, 32, p + G1 * 32, it, acc + G1 * 64);                            \
+                if (G2) pv_rot(KIND, G2, 64, 32, p + G1 * 32 * it->NT, it, acc + G1 * 64);                   \
             } else {                                                                                         \
                 pv_rot(KIND, G1, d, T, p, it, acc);                                                          \
-                if (G2) pv_rot(KIND, G2, d, T, p + G1 * T, it, acc + (size_t)G1 * d);                        \
+                if (G2) pv_rot(KIND, G2, d, T, p + G1 * T * it->NT, it, acc + (size_t)G1 * d);               \
             }                                                                                                \
         } else if (d == 64 && T == 32) pv(KIND, G, 64, 2, 32, p, it, acc);                                   \
         else pv(KIND, G, d, d / 32, T, p, it, acc);                                                          \
@@ -460,9 +479,9 @@ KVQ_TARGET_AVX512VNNI void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_a
         VNNI_ROW(scores, 3), VNNI_ROW(scores, 4), VNNI_ROW(scores, 5)};
     static const pv_fn pv_table[KVQ_ITILE_COUNT][KVQ_ATTN_MAX_G] = {VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2),
                                                                     VNNI_ROW(pv, 3), VNNI_ROW(pv, 4), VNNI_ROW(pv, 5)};
-    _Alignas(64) float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE]; /* (G, T) */
+    _Alignas(64) float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE]; /* (G, NT T) */
     score_table[t->k_kind][G - 1](d, t->T, n, q, t, s);
-    softmax_update(G, d, t->T, s, m, l, acc);
+    softmax_update(G, d, t->NT * t->T, s, m, l, acc);
     pv_table[t->v_kind][G - 1](d, t->T, s, t, acc);
 }
 #undef VNNI_ROW
