@@ -89,14 +89,9 @@ static void decode_domain_ref(const kvq_codec *c, const void *src, float *y) {
     const kvq_rot_state *st = c->state;
     const uint8_t *in = src;
     const float s = kvq_f16_to_f32(kvq_load_u16(in));
-    const int b = st->bits;
-    const uint32_t mask = (1u << b) - 1;
-    in += 2;
-    for (int g = 0; g < c->head_dim; g += 8, in += b) {
-        uint32_t w = 0;
-        for (int k = 0; k < b; k++) w |= (uint32_t)in[k] << (8 * k);
-        for (int j = 0; j < 8; j++) y[g + j] = s * st->centroid[(w >> (j * b)) & mask];
-    }
+    uint8_t idx[KVQ_MAX_HEAD_DIM]; /* (d) codebook indices */
+    kvq_rot_unpack_indices(st->bits, c->head_dim, in + 2, idx);
+    for (int i = 0; i < c->head_dim; i++) y[i] = s * st->centroid[idx[i]];
 }
 
 static void decode_ref(const kvq_codec *c, const void *src, float *y) {

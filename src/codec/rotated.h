@@ -45,6 +45,41 @@ static inline void kvq_store_le64(void *p, uint64_t v) {
     memcpy(p, &v, sizeof v);
 }
 
+/* A row's index string (the format above) to one byte per index and back:
+ * the one statement of that packing, used by the codec's encode and scalar
+ * decode and by the tile layouts (kv/tile_layout.c). d is a multiple of 8;
+ * packed holds d * bits / 8 bytes, idx d. Every idx[i] < 2^bits: pack folds
+ * neighbours together, so a wider index would spill into the next. Here
+ * rather than in rotated.c, and force-inlined, because encode calls pack with
+ * bits a constant (kvq_rot_finish_bits) and wants its shifts and masks
+ * specialized; the other callers pass bits at run time. */
+static KVQ_ALWAYS_INLINE void kvq_rot_pack_indices(const int bits, int d, const uint8_t *idx, uint8_t *packed) {
+    /* Eight b-bit indices in eight bytes fold into b bytes by merging
+     * neighbours: pairs in 16-bit units, quads in 32, octets in 64. */
+    const uint64_t m1 = 0x0001000100010001ull * ((1u << 2 * bits) - 1);
+    const uint64_t m2 = 0x0000000100000001ull * ((1u << 4 * bits) - 1);
+    const uint64_t m3 = (1ull << 8 * bits) - 1;
+    for (int g = 0; g < d; g += 8, packed += bits) {
+        uint64_t w = kvq_load_le64(idx + g);
+        w = (w | w >> (8 - bits)) & m1;
+        w = (w | w >> (16 - 2 * bits)) & m2;
+        w = (w | w >> (32 - 4 * bits)) & m3;
+        uint8_t bytes[8];
+        kvq_store_le64(bytes, w);
+        memcpy(packed, bytes, (size_t)bits);
+    }
+}
+
+static inline void kvq_rot_unpack_indices(int bits, int d, const uint8_t *packed, uint8_t *idx) {
+    const uint64_t mask = (1u << bits) - 1;
+    for (int g = 0; g < d; g += 8, packed += bits) {
+        uint8_t bytes[8] = {0};
+        memcpy(bytes, packed, (size_t)bits);
+        const uint64_t w = kvq_load_le64(bytes);
+        for (int j = 0; j < 8; j++) idx[g + j] = (uint8_t)((w >> (j * bits)) & mask);
+    }
+}
+
 /* ||x||^2 below this gives |s| < 2^-50: zero in fp16. Keeps 1/||x|| finite. */
 #define KVQ_ROT_TINY 0x1p-100f
 
@@ -84,21 +119,7 @@ static KVQ_ALWAYS_INLINE kvq_status kvq_rot_finish_bits(const kvq_codec *c, cons
     }
     uint8_t *out = dst;
     kvq_store_u16(out, h);
-    out += 2;
-    /* Eight b-bit indices in eight bytes fold into b bytes by merging
-     * neighbours: pairs in 16-bit units, quads in 32, octets in 64. */
-    const uint64_t m1 = 0x0001000100010001ull * ((1u << 2 * b) - 1);
-    const uint64_t m2 = 0x0000000100000001ull * ((1u << 4 * b) - 1);
-    const uint64_t m3 = (1ull << 8 * b) - 1;
-    for (int g = 0; g < c->head_dim; g += 8, out += b) {
-        uint64_t w = kvq_load_le64(idx + g);
-        w = (w | w >> (8 - b)) & m1;
-        w = (w | w >> (16 - 2 * b)) & m2;
-        w = (w | w >> (32 - 4 * b)) & m3;
-        uint8_t bytes[8];
-        kvq_store_le64(bytes, w);
-        memcpy(out, bytes, (size_t)b);
-    }
+    kvq_rot_pack_indices(b, c->head_dim, idx, out + 2);
     return KVQ_OK;
 }
 

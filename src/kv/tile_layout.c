@@ -169,27 +169,6 @@ static void rot_walk_b(int b, int side, int d, int g, uint8_t *codes, uint8_t *i
 }
 #undef ROT_WALK_SIDES
 
-/* A rotated row's d indices (dense b-bit string, LSB first: rotated.h) to
- * bytes and back. */
-static void rot_row_indices(int b, int d, const uint8_t *packed, uint8_t *idx) {
-    for (int g = 0; g < d; g += 8, packed += b) {
-        uint64_t w = 0;
-        memcpy(&w, packed, (size_t)b);
-        w = kvq_load_le64(&w);
-        for (int j = 0; j < 8; j++) idx[g + j] = (uint8_t)((w >> (j * b)) & ((1u << b) - 1));
-    }
-}
-
-static void rot_row_pack(int b, int d, const uint8_t *idx, uint8_t *packed) {
-    for (int g = 0; g < d; g += 8, packed += b) {
-        uint64_t w = 0;
-        for (int j = 0; j < 8; j++) w |= (uint64_t)idx[g + j] << (j * b);
-        uint8_t bytes[8];
-        kvq_store_le64(bytes, w);
-        memcpy(packed, bytes, (size_t)b);
-    }
-}
-
 /* Where row r's fp16 scale lives in a rotated tile. */
 static inline size_t rot_scale_place(int b, int side, int T, int d, int r) {
     const size_t rb = 2 + (size_t)d * b / 8;
@@ -203,7 +182,7 @@ static void rot_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, u
     for (int g = 0; g < T / span; g++) {
         for (int t = 0; t < span; t++) {
             const uint8_t *row = rows + (size_t)(span * g + t) * c->row_bytes;
-            rot_row_indices(b, d, row + 2, idx + (size_t)t * d);
+            kvq_rot_unpack_indices(b, d, row + 2, idx + (size_t)t * d);
             memcpy(tile + rot_scale_place(b, side, T, d, span * g + t), row, 2);
         }
         rot_walk_b(b, side, d, g, tile, idx, 1);
@@ -221,7 +200,7 @@ static void rot_unpack_row(const kvq_codec *c, int side, int T, const uint8_t *t
     uint8_t idx[16 * KVQ_MAX_HEAD_DIM];
     rot_span_indices(c, side, tile, r / span, idx);
     memcpy(row, tile + rot_scale_place(b, side, T, d, r), 2);
-    rot_row_pack(b, d, idx + (size_t)(r % span) * d, row + 2);
+    kvq_rot_pack_indices(b, d, idx + (size_t)(r % span) * d, row + 2);
 }
 
 /* Domain values s x centroid, the product the codec's tile decode computes. */
