@@ -33,7 +33,7 @@ typedef struct kvq_attn_rows {
     size_t stride;       /* bytes from one row to the next */
     const float *lut;    /* (16) codebook of IQ4_NL / ROT rows, replicated to 16 entries; else NULL */
     int fmt;             /* KVQ_FMT_* */
-    const uint8_t *next; /* the next tile of the stream (same stride), prefetched while these are read; or NULL */
+    const uint8_t *next; /* a tile further on in the stream (same stride), prefetched while these are read; or NULL */
 } kvq_attn_rows;
 
 /* The tile kernel over rows of any formats: decodes each K and V row once,

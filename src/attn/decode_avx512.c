@@ -131,11 +131,14 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void load32(const kvq_attn_rows *r, i
     }
 }
 
-/* Prefetches row t of the next tile (the cache lines it starts in). */
+/* Prefetches row t of a tile ahead (the cache lines it starts in) into L2
+ * (prefetcht1), not L1: measured, f16 at depth 32768 on smollm2-135m
+ * shapes took 87.6 ms a step with one thread prefetching into L1 and 66.5
+ * into L2 (41.9 -> 38.8 with two); into L3 it gained the same. */
 static KVQ_ALWAYS_INLINE void prefetch_next(const kvq_attn_rows *r, int t) {
     if (!r->next) return;
     const size_t first = ((size_t)t * r->stride) & ~(size_t)63, end = (size_t)(t + 1) * r->stride;
-    for (size_t o = first; o < end; o += 64) __builtin_prefetch(r->next + o);
+    for (size_t o = first; o < end; o += 64) __builtin_prefetch(r->next + o, 0, 2);
 }
 
 /* s (G, np): raw scores of the n rows, -Inf past n. */
