@@ -108,8 +108,16 @@ static void rows_lut(const kvq_codec *c, int fmt, float lut[16]) {
 
 /* ---------------------------------------------------------------- driver */
 
-/* Tiles per task: fixed by the depth alone, never by the thread count. */
-#define TASKS_PER_HEAD 16
+/* Tiles per task: fixed by the depth and the kv head count, never by the
+ * thread count (the integer kernel pairs tiles within a task, so the
+ * chunking is part of the result). About CHUNK_TASKS chunk tasks per layer:
+ * each task starts on cold lines (prefetch runs within a task) and adds a
+ * partial for the serial merge, so fewer, longer tasks won. smollm2-135m
+ * shapes, 2 threads, 16 chunks per head -> 2: turbo3 at depth 4096 2.3 ->
+ * 1.6 ms a step, at 32768 10.9 -> 10.0 ms; llama-3.2-1b shapes (1 chunk
+ * per head) 2.5 -> 2.3 and 14.9 -> 14.1 ms. It caps the cores one layer's
+ * decode can use at about max(CHUNK_TASKS, n_kv_head). */
+#define CHUNK_TASKS 6
 #define MIN_TILES_PER_TASK 4
 
 /* The fused kernel dequantizes a row each time a query reads it; a block of
@@ -421,7 +429,8 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     run_ctx c = {.kv = kv, .L = L, .G = n_head / H, .d = d, .T = kv->p.tile_tokens, .n_q = n_q};
     kvq_attn_kernels_get(isa, &c.kern);
     c.pos0 = pos0;
-    c.chunk = (L->n_tiles + TASKS_PER_HEAD - 1) / TASKS_PER_HEAD;
+    const int chunks_per_head = (CHUNK_TASKS + H - 1) / H;
+    c.chunk = (L->n_tiles + chunks_per_head - 1) / chunks_per_head;
     if (c.chunk < MIN_TILES_PER_TASK) c.chunk = MIN_TILES_PER_TASK;
     c.n_chunks = (L->n_tiles + c.chunk - 1) / c.chunk;
     c.tasks_per_head = c.n_chunks + 1;
