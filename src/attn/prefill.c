@@ -4,7 +4,12 @@
  * tile is shared by QUERY_BLOCK queries. */
 #include "attn/attn_kernels.h"
 
-#define QUERY_BLOCK 64
+/* 64 -> 256: 512 queries at depth 4096 (smollm2-135m shapes, 2 threads,
+ * attn-bench --prefill 512) q8_0 0.94-0.98 -> 1.00x f16, turbo4 0.94-0.96
+ * -> 1.00x; kvq bench pp512 @ d4096 q8_0 0.935 -> 0.996x, iq4_nl 0.92 ->
+ * 0.965x. The decodes were ~4% of the work at 64; 512 gained nothing more
+ * and doubles the per-task partials (n_q x G x (head_dim + 2) floats). */
+#define QUERY_BLOCK 256
 
 kvq_status kvq_attn_prefill(const kvq_kv *kv, int layer, kvq_threadpool *pool, int n_q, int n_head, const float *q,
                             float *out) {

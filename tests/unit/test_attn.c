@@ -261,6 +261,58 @@ done:
 }
 
 /* Tile kernels of each ISA vs the reference kernel, on odd row counts. */
+/* kvq_attn_prefill takes its queries in blocks (prefill.c): a prompt longer
+ * than a block, queries on both sides of each block edge, against the
+ * float64 reference over the decoded cache. */
+TEST(attn_prefill_across_query_blocks) {
+    static const char *const codecs[] = {"f16", "q8_0", "turbo3"};
+    kvq_threadpool *pool2 = NULL;
+    CHECK_OK(kvq_threadpool_create(2, &pool2));
+    for (size_t ci = 0; ci < KVQ_ARRAY_LEN(codecs) && !kvq_test_failed(); ci++) {
+        kvq_kv_params p;
+        kvq_kv_params_default(&p);
+        p.n_layer = 1;
+        p.n_kv_head = 2;
+        p.head_dim = 64;
+        p.ctk = p.ctv = codecs[ci];
+        p.n_sinks = 4;
+        const int H = p.n_kv_head, d = p.head_dim, n_head = 3 * H, n = 700, n_q = 600;
+        float *k, *v;
+        kvq_test_kv_data(&p, n, 77, &k, &v);
+        kvq_kv *kv = NULL;
+        CHECK_OK(kvq_kv_create(&p, &kv));
+        CHECK_OK(kvq_test_fill(kv, n, k, v));
+        float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
+        float *kp = malloc(sizeof(float) * (size_t)H * n * d), *vp = malloc(sizeof(float) * (size_t)H * n * d);
+        kvq_test_decoded(kv, 0, kd, vd);
+        float *q = random_queries(n_q * n_head * d, 31), *out = malloc(sizeof(float) * (size_t)n_q * n_head * d);
+        double *ref = malloc(sizeof(double) * (size_t)n_head * d);
+        CHECK_OK(kvq_attn_prefill(kv, 0, pool2, n_q, n_head, q, out));
+        static const int probe[] = {0, 63, 64, 255, 256, 257, 511, 512, 599};
+        for (size_t pi = 0; pi < KVQ_ARRAY_LEN(probe); pi++) {
+            const int i = probe[pi], len = n - n_q + i + 1;
+            for (int h = 0; h < H; h++) {
+                memcpy(kp + (size_t)h * len * d, kd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
+                memcpy(vp + (size_t)h * len * d, vd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
+            }
+            kvq_attn_ref(n_head, H, d, len, 1.0 / sqrt((double)d), q + (size_t)i * n_head * d, kp, vp, ref);
+            const double e = rel_err(out + (size_t)i * n_head * d, ref, n_head, d);
+            CHECKF(e <= DECODED_BOUND, "%s: prefill query %d of %d rel err %.3g", codecs[ci], i, n_q, e);
+        }
+        free(k);
+        free(v);
+        free(kd);
+        free(vd);
+        free(kp);
+        free(vp);
+        free(q);
+        free(out);
+        free(ref);
+        kvq_kv_free(kv);
+    }
+    kvq_threadpool_free(pool2);
+}
+
 TEST(attn_tile_kernels_match_reference) {
     const int d = 128, n = 29;
     kvq_attn_kernels ref;
