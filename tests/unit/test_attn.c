@@ -115,6 +115,21 @@ static float *random_queries(int n, uint64_t seed) {
     return q;
 }
 
+/* Relative error of prefill query i of the last n_q (of n tokens) against
+ * the float64 reference over its causal prefix of the decoded cache kd / vd
+ * ((H, n, d) each); kp, vp (H * n * d floats) and ref (n_head * d) are
+ * scratch. */
+static double prefill_query_rel_err(int H, int d, int n_head, int n, int n_q, int i, const float *kd, const float *vd,
+                                    const float *q, const float *out, float *kp, float *vp, double *ref) {
+    const int len = n - n_q + i + 1;
+    for (int h = 0; h < H; h++) {
+        memcpy(kp + (size_t)h * len * d, kd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
+        memcpy(vp + (size_t)h * len * d, vd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
+    }
+    kvq_attn_ref(n_head, H, d, len, 1.0 / sqrt((double)d), q + (size_t)i * n_head * d, kp, vp, ref);
+    return rel_err(out + (size_t)i * n_head * d, ref, n_head, d);
+}
+
 typedef struct {
     const char *codec;
     kvq_isa isa;
@@ -197,13 +212,7 @@ static void check_case(const attn_case *tc, kvq_threadpool *pool2) {
     float *kp = malloc(sizeof(float) * (size_t)H * n * d), *vp = malloc(sizeof(float) * (size_t)H * n * d);
     CHECK_OK(kvq_attn_run(kv, 0, pool2, tc->isa, n - n_q, n_q, n_head, qp, op));
     for (int i = 0; i < n_q && !kvq_test_failed(); i += 7) {
-        const int len = n - n_q + i + 1;
-        for (int h = 0; h < H; h++) {
-            memcpy(kp + (size_t)h * len * d, kd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
-            memcpy(vp + (size_t)h * len * d, vd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
-        }
-        kvq_attn_ref(n_head, H, d, len, scale, qp + (size_t)i * n_head * d, kp, vp, ref);
-        e = rel_err(op + (size_t)i * n_head * d, ref, n_head, d);
+        e = prefill_query_rel_err(H, d, n_head, n, n_q, i, kd, vd, qp, op, kp, vp, ref);
         CHECKF(e <= DECODED_BOUND, "%s %s d=%d G=%d n=%d: prefill query %d rel err %.3g", tc->codec,
                kvq_isa_name(tc->isa), d, tc->G, n, i, e);
     }
@@ -260,7 +269,6 @@ done:
     kvq_threadpool_free(pool2);
 }
 
-/* Tile kernels of each ISA vs the reference kernel, on odd row counts. */
 /* kvq_attn_prefill takes its queries in blocks (prefill.c): a prompt longer
  * than a block, queries on both sides of each block edge, against the
  * float64 reference over the decoded cache. */
@@ -290,13 +298,8 @@ TEST(attn_prefill_across_query_blocks) {
         CHECK_OK(kvq_attn_prefill(kv, 0, pool2, n_q, n_head, q, out));
         static const int probe[] = {0, 63, 64, 255, 256, 257, 511, 512, 599};
         for (size_t pi = 0; pi < KVQ_ARRAY_LEN(probe); pi++) {
-            const int i = probe[pi], len = n - n_q + i + 1;
-            for (int h = 0; h < H; h++) {
-                memcpy(kp + (size_t)h * len * d, kd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
-                memcpy(vp + (size_t)h * len * d, vd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
-            }
-            kvq_attn_ref(n_head, H, d, len, 1.0 / sqrt((double)d), q + (size_t)i * n_head * d, kp, vp, ref);
-            const double e = rel_err(out + (size_t)i * n_head * d, ref, n_head, d);
+            const int i = probe[pi];
+            const double e = prefill_query_rel_err(H, d, n_head, n, n_q, i, kd, vd, q, out, kp, vp, ref);
             CHECKF(e <= DECODED_BOUND, "%s: prefill query %d of %d rel err %.3g", codecs[ci], i, n_q, e);
         }
         free(k);
@@ -313,6 +316,7 @@ TEST(attn_prefill_across_query_blocks) {
     kvq_threadpool_free(pool2);
 }
 
+/* Tile kernels of each ISA vs the reference kernel, on odd row counts. */
 TEST(attn_tile_kernels_match_reference) {
     const int d = 128, n = 29;
     kvq_attn_kernels ref;
