@@ -323,8 +323,6 @@ def summary(recs, depths):
     """kvq bench's md summary: per KV config the fit ms/token = a + b x depth
     (b per 1k KV tokens, R^2), and tg t/s against the f16/f16 control."""
     tg = [r for r in recs if r["n_gen"]]
-    if not tg:
-        return
     groups = {}
     for r in tg:
         groups.setdefault((r["model_filename"], r["n_threads"], r["n_gen"]), []).append(r)
@@ -352,6 +350,30 @@ def summary(recs, depths):
                 c, f = by.get((k, v, d)), by.get(("f16", "f16", d))
                 ratios.append(f"{c['avg_ts'] / f['avg_ts']:.2f}x" if c and f else "–")
             print(f"| {k}/{v} " + fit + "| " + " | ".join(ratios) + " |")
+    pp_summary(recs, depths)
+
+
+def pp_summary(recs, depths):
+    """kvq bench's pp summary: per KV config the pp t/s and its ratio to the
+    f16/f16 control at each depth."""
+    groups = {}
+    for r in recs:
+        if r["n_prompt"]:
+            groups.setdefault((r["model_filename"], r["n_threads"], r["n_prompt"]), []).append(r)
+    for (model, threads, n_prompt), rows in groups.items():
+        cfgs = list(dict.fromkeys((r["type_k"], r["type_v"]) for r in rows))
+        print(f"\nprompt processing vs depth: {os.path.basename(model)}, {threads} threads, pp{n_prompt}")
+        print("\n| KV | " + " | ".join(f"pp t/s @ d{d}" for d in depths) + " | "
+              + " | ".join(f"vs f16 @ d{d}" for d in depths) + " |")
+        print("| --- |" + " ---: |" * (2 * len(depths)))
+        by = {(r["type_k"], r["type_v"], r["n_depth"]): r for r in rows}
+        for k, v in cfgs:
+            tps, ratios = [], []
+            for d in depths:
+                c, f = by.get((k, v, d)), by.get(("f16", "f16", d))
+                tps.append(f"{c['avg_ts']:.1f}" if c else "–")
+                ratios.append(f"{c['avg_ts'] / f['avg_ts']:.2f}x" if c and f else "–")
+            print(f"| {k}/{v} | " + " | ".join(tps) + " | " + " | ".join(ratios) + " |")
 
 
 def progress(what, t0):

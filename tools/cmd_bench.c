@@ -69,7 +69,8 @@ static void usage(FILE *f) {
                "\n"
                "The md summary fits, per KV config, decode ms/token = a + b x depth over the\n"
                "depths measured (b in ms per 1k KV tokens, with R^2), and gives the tg t/s\n"
-               "ratio to the f16 control and the KV MiB at each depth. Cells whose CV exceeds\n"
+               "ratio to the f16 control and the KV MiB at each depth; for each -p size, the\n"
+               "pp t/s and its ratio to the f16 control at each depth. Cells whose CV exceeds\n"
                "5%% are flagged. A progress line goes to stderr.\n"
                "\n"
                "example: kvq bench -p 512 -n 128 -d 0,4096,32768 --kv f16,q8_0,turbo4 -r 3 \\\n"
@@ -469,12 +470,57 @@ static void summarize_group(const bench *b, int model, int threads, int n_gen) {
     }
 }
 
+/* The md summary for one (model, threads, n_prompt) group of pp cells: prompt
+   processing has no per-token fit, only its ratio to the f16 control. */
+static void summarize_pp_group(const bench *b, int model, int threads, int n_prompt) {
+    const int nd = b->depths.n;
+    printf("\nprompt processing vs depth: %s, %d threads, pp%d\n\n| KV |", b->meta[model].type, threads, n_prompt);
+    for (int i = 0; i < nd; i++) printf(" pp t/s @ d%ld |", b->depths.v[i]);
+    for (int i = 0; i < nd; i++) printf(" vs f16 @ d%ld |", b->depths.v[i]);
+    printf("\n|---|");
+    for (int i = 0; i < 2 * nd; i++) printf("---:|");
+    printf("\n");
+    double f16_ts[LIST_MAX];
+    for (int cfg = 0; cfg < b->n_cfg; cfg++) {
+        double ts[LIST_MAX];
+        int have[LIST_MAX] = {0};
+        for (int i = 0; i < b->n_cells; i++) {
+            const cell *c = &b->cells[i];
+            if (c->model != model || c->threads != threads || c->n_prompt != n_prompt || c->cfg != cfg || !c->n_done)
+                continue;
+            int di = 0;
+            while (b->depths.v[di] != c->depth) di++;
+            cell_stats s;
+            stats_of(c, &s);
+            have[di] = 1;
+            ts[di] = s.avg_ts;
+        }
+        if (cfg == 0)
+            for (int i = 0; i < nd; i++) f16_ts[i] = have[i] ? ts[i] : 0;
+        printf("| %s |", b->cfgs[cfg].label);
+        for (int i = 0; i < nd; i++)
+            if (have[i])
+                printf(" %.1f |", ts[i]);
+            else
+                printf(" |");
+        for (int i = 0; i < nd; i++)
+            if (have[i] && f16_ts[i] > 0)
+                printf(" %.3f |", ts[i] / f16_ts[i]);
+            else
+                printf(" |");
+        printf("\n");
+    }
+}
+
 static void print_summary(const bench *b) {
     for (int m = 0; m < b->models.n; m++)
-        for (int t = 0; t < b->threads.n; t++)
+        for (int t = 0; t < b->threads.n; t++) {
             for (int g = 0; g < b->gens.n; g++)
                 if (b->gens.v[g] > 0) summarize_group(b, m, (int)b->threads.v[t], (int)b->gens.v[g]);
-    printf("\nKV MiB: the cache after depth + n_gen tokens. vs f16: tg t/s over the f16/f16 control's, same run.\n"
+            for (int p = 0; p < b->prompts.n; p++)
+                if (b->prompts.v[p] > 0) summarize_pp_group(b, m, (int)b->threads.v[t], (int)b->prompts.v[p]);
+        }
+    printf("\nKV MiB: the cache after depth + n_gen tokens. vs f16: t/s over the f16/f16 control's, same run.\n"
            "attn %%: share of decode time in fused attention over the cache.\n");
     int noisy = 0;
     for (int i = 0; i < b->n_cells; i++) {

@@ -81,6 +81,12 @@ def test_bench_adds_f16_control_and_writes_json_csv_md_plot():
     assert r.stdout.startswith("| model | size | params | backend | threads | type_k | type_v | test | t/s |")
     assert "pp4 @ d16" in r.stdout and "tg2 @ d16" in r.stdout
     assert "ms per 1k KV tokens" in r.stdout and "vs f16 @ d16" in r.stdout
+    # The pp summary: t/s and the ratio to the control at each depth, per config.
+    pp = r.stdout.split("prompt processing vs depth:")[1].split("\n\n")[1].splitlines()
+    assert pp[0] == "| KV | pp t/s @ d0 | pp t/s @ d16 | vs f16 @ d0 | vs f16 @ d16 |", pp
+    assert pp[2].startswith("| f16/f16 |") and pp[2].endswith("| 1.000 | 1.000 |"), pp
+    q4 = pp[3].strip("|").split("|")
+    assert q4[0].strip() == "q4_0" and all(float(v) > 0 for v in q4[1:]), pp
     with open(plot) as f:
         svg = f.read()
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
