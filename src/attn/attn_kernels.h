@@ -72,7 +72,7 @@ typedef struct kvq_attn_qi8 {
     int32_t off_all;
 } kvq_attn_qi8;
 
-void kvq_attn_qi8_prepare(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out);
+typedef void (*kvq_attn_qi8_fn)(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out);
 
 /* NT (1 or 2, NT T <= KVQ_KV_MAX_TILE) consecutive interleaved K tiles and
  * V tiles (tile_layout.c) of T tokens (a multiple of 16) of q4_0, q8_0,
@@ -104,6 +104,7 @@ typedef struct kvq_attn_kernels {
     kvq_attn_fused_fn fused;  /* NULL where the path has none: tiles are decoded to floats first */
     kvq_attn_block_fn block;  /* NULL where the path has none: queries run one by one */
     kvq_attn_vnni_fn vnni;    /* NULL without AVX512-VNNI: interleaved tiles are unpacked to rows */
+    kvq_attn_qi8_fn qi8;      /* the queries for vnni (with it) */
     kvq_kv_tile_decode_fn tile_decode; /* interleaved tiles to floats (prefill, or no integer kernel) */
 } kvq_attn_kernels;
 
@@ -118,6 +119,7 @@ void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, int d, int n, const
 
 void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *t, float *m, float *l,
                           float *acc);
+void kvq_attn_qi8_prepare_avx512(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out);
 
 /* The kernels of a path (the next lower one where a path lacks a kernel). */
 void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out);

@@ -80,7 +80,10 @@ void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
         out->fused = kvq_attn_fused_avx512;
         out->block = kvq_attn_block_avx512;
         out->tile_decode = kvq_kv_tile_decode_avx512;
-        if (kvq_cpu_has_vnni()) out->vnni = kvq_attn_vnni_avx512;
+        if (kvq_cpu_has_vnni()) {
+            out->vnni = kvq_attn_vnni_avx512;
+            out->qi8 = kvq_attn_qi8_prepare_avx512;
+        }
     }
 #endif
 }
@@ -324,36 +327,20 @@ static int itile_kind(const kvq_codec *c) {
                                                                                              : KVQ_ITILE_Q4_0;
 }
 
-/* The integer kernel's code table of a kind (kvq_attn_itiles.lut): iq4_nl's
- * int8 codebook as it is; the rotated codecs' centroids in steps of a unit
- * chosen so that the largest is 64..127 steps and the worst rounding of any
- * centroid is least (a score's error is the sum of q_i times these): 2 bits
- * 0.0003 at 120 steps, 3 bits 0.0021 at 88 (0.0079 at 127), 4 bits 0.0079
- * at 111 (0.0102 at 127), in units of the N(0,1) codebook. */
+/* The integer kernel's code table of a kind (kvq_attn_itiles.lut) and the
+ * value of one step of its codes: iq4_nl's int8 codebook as it is; the
+ * rotated codecs' centroids in the int8 steps their codec chose once
+ * (kvq_rot_state.step_code). */
 static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[16], float *unit) {
     *unit = 1.0f;
     memset(codes, 0, 16);
     if (kind == KVQ_ITILE_IQ4_NL) {
         for (int j = 0; j < 16; j++) codes[j] = (uint8_t)(kvq_iq4nl_values[j] + 128);
-        return;
+    } else if (kind >= KVQ_ITILE_ROT2) {
+        const kvq_rot_state *st = c->state;
+        memcpy(codes, st->step_code, 16);
+        *unit = st->step;
     }
-    if (kind < KVQ_ITILE_ROT2) return;
-    const float *cent = ((const kvq_rot_state *)c->state)->centroid; /* ascending, padded with the largest */
-    const float top = fabsf(cent[0]) > fabsf(cent[15]) ? fabsf(cent[0]) : fabsf(cent[15]);
-    double best = INFINITY;
-    for (int steps = 64; steps <= 127; steps++) {
-        const double u = top / steps;
-        double worst = 0;
-        for (int j = 0; j < 16; j++) {
-            const double x = cent[j] / u, e = fabs(x - nearbyint(x)) * u;
-            if (e > worst) worst = e;
-        }
-        if (worst < best) {
-            best = worst;
-            *unit = (float)u;
-        }
-    }
-    for (int j = 0; j < 16; j++) codes[j] = (uint8_t)(lrintf(cent[j] / *unit) + 128);
 }
 
 static size_t pad64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -381,7 +368,8 @@ static void finish(const run_ctx *c, float *out) {
                     const float *mu_k = L->streams[kvh * 2].mean;
                     for (int e = 0; e < d; e++) k_shift += (double)qr[e] * mu_k[e];
                 }
-                double dom[KVQ_MAX_HEAD_DIM] = {0}, raw[KVQ_MAX_HEAD_DIM] = {0};
+                double dom[KVQ_MAX_HEAD_DIM], raw[KVQ_MAX_HEAD_DIM]; /* (d): zeroing all 512 cost more than the merge */
+                for (int e = 0; e < d; e++) dom[e] = raw[e] = 0.0;
                 double mx = -INFINITY, lsum = 0, dom_mass = 0;
                 for (int j = 0; j < c->tasks_per_head; j++) {
                     const float *p = c->part + ((size_t)(kvh * c->tasks_per_head + j) * c->n_q + i) * part_floats(c);
@@ -473,7 +461,7 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
         else kvq_codec_to_domain(L->codec[0], qr + r * d, qd + r * d);
     }
     for (size_t r = 0; qi && r < (size_t)n_q * n_head; r++)
-        kvq_attn_qi8_prepare(qd + r * d, d, c.k_kind == KVQ_ITILE_Q4_0 ? 8 : 128, c.k_kind >= KVQ_ITILE_ROT2, &qi[r]);
+        c.kern.qi8(qd + r * d, d, c.k_kind == KVQ_ITILE_Q4_0 ? 8 : 128, c.k_kind >= KVQ_ITILE_ROT2, &qi[r]);
     c.qd = qd;
     c.qr = qr;
     c.qi = qi;

@@ -23,32 +23,43 @@
 #include "attn/softmax_avx512.h"
 #include "codec/ggml_blocks.h"
 
-void kvq_attn_qi8_prepare(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out) {
+#if KVQ_HAVE_X86
+
+/* Per 32-dim block: y = q x 127 / max|q|, q0 = round(y), q1 = round((y - q0)
+ * x 254) (|y - q0| <= 0.5, so |q1| <= 127), rounding to nearest even (the
+ * default mode, what lrintf would do). It runs for every query head of
+ * every layer at every step: scalar, it was a visible share of a decode
+ * step at small depths. */
+KVQ_TARGET_AVX512VNNI void kvq_attn_qi8_prepare_avx512(const float *q, int d, int code_off, int one_scale,
+                                                       kvq_attn_qi8 *out) {
     float head_max = 0;
-    for (int i = 0; one_scale && i < d; i++) head_max = fabsf(q[i]) > head_max ? fabsf(q[i]) : head_max;
+    if (one_scale) {
+        __m512 mx = _mm512_setzero_ps();
+        for (int i = 0; i < d; i += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(q + i)));
+        head_max = _mm512_reduce_max_ps(mx);
+    }
     out->off_all = 0;
     for (int b = 0; b < d / 32; b++) {
-        const float *x = q + 32 * b;
-        float amax = head_max;
-        for (int i = 0; !one_scale && i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-        const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-        int sum[2] = {0, 0};
-        for (int i = 0; i < 32; i++) {
-            const float y = x[i] * inv;
-            const long q0 = lrintf(y), q1 = lrintf((y - (float)q0) * 254.0f); /* |y - q0| <= 0.5: |q1| <= 127 */
-            out->q[0][32 * b + i] = (int8_t)q0;
-            out->q[1][32 * b + i] = (int8_t)q1;
-            sum[0] += (int)q0;
-            sum[1] += (int)q1;
+        const __m512 x[2] = {_mm512_loadu_ps(q + 32 * b), _mm512_loadu_ps(q + 32 * b + 16)};
+        const float amax =
+            one_scale ? head_max : _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x[0]), _mm512_abs_ps(x[1])));
+        const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+        __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (int h = 0; h < 2; h++) {
+            const __m512 y = _mm512_mul_ps(x[h], inv);
+            const __m512i q0 = _mm512_cvtps_epi32(y);
+            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(y, _mm512_cvtepi32_ps(q0)), _mm512_set1_ps(254.0f)));
+            _mm_storeu_si128((__m128i *)(out->q[0] + 32 * b + 16 * h), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(out->q[1] + 32 * b + 16 * h), _mm512_cvtepi32_epi8(q1));
+            sum[0] = _mm512_add_epi32(sum[0], q0);
+            sum[1] = _mm512_add_epi32(sum[1], q1);
         }
         out->scale[b] = amax / 127.0f;
-        out->off[0][b] = -code_off * sum[0];
-        out->off[1][b] = -code_off * sum[1];
+        out->off[0][b] = -code_off * _mm512_reduce_add_epi32(sum[0]);
+        out->off[1][b] = -code_off * _mm512_reduce_add_epi32(sum[1]);
         out->off_all += out->off[0][b];
     }
 }
-
-#if KVQ_HAVE_X86
 
 /* A code table (16 bytes) in each 128-bit lane: vpshufb indexes within lanes. */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i lane_lut(const uint8_t *t) {

@@ -89,6 +89,12 @@ typedef struct kvq_rot_state {
     float sqrt_d;
     float centroid[16];  /* (2^bits) ascending, padded with the last */
     float threshold[16]; /* (2^bits - 1) midpoints, padded with +Inf */
+    /* The centroids as u8 codes of an int8 step, for the integer attention
+     * kernel (decode_vnni.c): step_code[j] = round(centroid[j] / step) + 128,
+     * the step chosen once here (rot_init) so that the largest centroid is
+     * 64..127 steps and the worst rounding of any centroid is least. */
+    uint8_t step_code[16];
+    float step;
 } kvq_rot_state;
 
 /* Lloyd-Max centroids of N(0,1) for 2, 3 and 4 bits (ascending). */
