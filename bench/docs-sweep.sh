@@ -36,7 +36,8 @@ for p in $parts; do
         run bench_tg $kvq bench -p 0 -n 64 -d 0,4096,16384,32768 --kv $bench_kv --fill copy -r 3 -t 2 --plot "$out/bench-tg.svg"
         run bench_pp $kvq bench -p 512 -n 0 -d 4096,32768 --kv $bench_kv --fill copy -r 3 -t 2 ;;
     peer)
-        run peer bench/peer -d 0,4096 --kv f16,q8_0,q4_0 -p 512 -n 128 -t 2 -r 3 ;;
+        run peer bench/peer -d 0,4096 --kv f16,q8_0,q4_0 -p 512 -n 128 -t 2 -r 3
+        run peer_kvq $kvq bench -d 0,4096 --kv f16,q8_0,q4_0 -p 512 -n 128 -t 2 -r 3 ;;
     *) echo "docs-sweep: unknown part '$p'" >&2; exit 2 ;;
     esac
 done
