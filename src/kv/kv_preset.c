@@ -17,13 +17,12 @@ static const struct {
     {"rotor3_sym", "rotor3", "rotor3"},
     {"rotor4_sym", "rotor4", "rotor4"},
     {"rot_k_tq4v", "rotor4", "turbo4"},
-    /* Measured (docs/QUALITY.md): among configs at <= 4.5 bits/value,
-     * iq4_nl has the lowest mean KLD of those whose fused kernel is as cheap
-     * as q4_0's (0.24 vs q4_0's 0.42 at CTX 2048). turbo4 reads 23% lower
-     * (36% at CTX 8192) but its rotated kernel measured at or below q4_0's
-     * decode speed; it (or turbo4 K with iq4_nl V) replaces iq4_nl here if
-     * `kvq bench` at depth 32768 shows it at least as fast as q4_0. */
-    {"auto", "iq4_nl", "iq4_nl"},
+    /* The rule (docs/QUALITY.md, `auto`): the lowest mean KLD at <= 4.5
+     * bits/value among configs that decode at depth 32768 at least as fast
+     * as q4_0. turbo4 K with iq4_nl V: KLD 0.178 at CTX 2048 (iq4_nl 0.239,
+     * q4_0 0.421), 0.106 at 8192; `kvq bench -d 32768` 2.45x f16 against
+     * q4_0's 2.44x and iq4_nl's 2.49x, turbo4's 2.59x (2026-12-04). */
+    {"auto", "turbo4", "iq4_nl"},
 };
 
 int kvq_kv_preset_count(void) { return (int)KVQ_ARRAY_LEN(presets); }
