@@ -145,6 +145,7 @@ KVQ_TARGET_AVX512 kvq_status kvq_encode_q5_1_avx512(const kvq_codec *c, const fl
  * tie rule. Equal to the binary search for every non-NaN x. */
 static inline KVQ_TARGET_AVX512 __m512i iq4nl_index(__m512 x, __m512 kv) {
     __m512i ml = _mm512_setzero_si512();
+#pragma GCC unroll 4
     for (int s = 8; s >= 1; s /= 2) {
         const __m512i cand = _mm512_add_epi32(ml, _mm512_set1_epi32(s));
         ml = _mm512_mask_mov_epi32(ml, _mm512_cmp_ps_mask(_mm512_permutexvar_ps(cand, kv), x, _CMP_LE_OQ), cand);
