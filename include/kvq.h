@@ -232,8 +232,11 @@ void kvq_kv_free(kvq_kv *kv);
 /* Appends one token to one layer. k, v: (n_kv_head, head_dim). Layers are
  * filled independently (a forward pass appends layer by layer). Values must
  * be finite and within f16 range for quantized codecs (else
- * KVQ_ERR_NONFINITE / KVQ_ERR_RANGE and nothing is appended). */
-kvq_status kvq_kv_append(kvq_kv *kv, int layer, const float *k, const float *v);
+ * KVQ_ERR_NONFINITE / KVQ_ERR_RANGE and nothing is appended). Every
+ * tile_tokens-th token compresses the staging tile: its K and V streams are
+ * encoded in parallel over pool (NULL: on the calling thread; the result is
+ * the same). */
+kvq_status kvq_kv_append(kvq_kv *kv, int layer, kvq_threadpool *pool, const float *k, const float *v);
 /* Tokens held by a layer. */
 int kvq_kv_n_tokens(const kvq_kv *kv, int layer);
 /* Keeps the first n_tokens tokens of every layer. Tokens appended afterwards

@@ -100,8 +100,8 @@ static uint64_t rng_next(uint64_t *s) {
 /* A synthetic cache of depth tokens per layer: V ~ N(0,1); K ~ N(0,1) plus
  * a per-channel offset, with 4 outlier channels per (layer, head) scaled
  * x10..x50 as in real post-RoPE keys. */
-static int build_cache(const shape *sh, int depth, const char *ctk, const char *ctv, const float *noise, kvq_kv **out,
-                       double *append_s) {
+static int build_cache(const shape *sh, int depth, const char *ctk, const char *ctv, const float *noise,
+                       kvq_threadpool *pool, kvq_kv **out, double *append_s) {
     kvq_kv_params p;
     kvq_kv_params_default(&p);
     p.n_layer = sh->n_layer;
@@ -131,7 +131,7 @@ static int build_cache(const shape *sh, int depth, const char *ctk, const char *
                 v[i] = noise[o + H * d + i];
             }
             const double t0 = cli_now();
-            if (kvq_kv_append(*out, l, k, v) != KVQ_OK) {
+            if (kvq_kv_append(*out, l, pool, k, v) != KVQ_OK) {
                 fprintf(stderr, "kvq attn-bench: %s\n", kvq_last_error());
                 ok = 0;
             }
@@ -212,8 +212,8 @@ static void usage(FILE *f) {
             "Per cell: ms per step over all layers (median), bytes of KV read, GB/s and its\n"
             "fraction of the read bandwidth measured first, speedup over the f16 cell run\n"
             "interleaved with it, CV of the samples, and the cost of appending one token to\n"
-            "every layer (staging + the amortized tile encode, measured while the synthetic\n"
-            "cache is built) in us and as a share of one step.\n");
+            "every layer (staging + the amortized tile encode over the cell's threads,\n"
+            "measured while the synthetic cache is built) in us and as a share of one step.\n");
 }
 
 int cmd_attn_bench(int argc, char **argv) {
@@ -301,7 +301,7 @@ int cmd_attn_bench(int argc, char **argv) {
         for (int di = 0; di < nd; di++) {
             const int depth = (int)depths[di] + (n_q > 1 ? n_q : 0);
             arm ctl = {0};
-            if (!build_cache(&sh, depth, "f16", "f16", noise, &ctl.kv, &ctl.append_s)) return 1;
+            if (!build_cache(&sh, depth, "f16", "f16", noise, pool, &ctl.kv, &ctl.append_s)) return 1;
             ctl.ms = malloc(sizeof(double) * reps);
             for (int ki = 0; ki < nk; ki++)
                 for (int vi = 0; vi < nv; vi++) {
@@ -309,7 +309,7 @@ int cmd_attn_bench(int argc, char **argv) {
                     fprintf(stderr, "attn-bench: depth %d %s/%s, %d thread(s)...\n", depth, ctk[ki], vk, n_threads);
                     arm cell = {0};
                     const int is_ctl = !strcmp(ctk[ki], "f16") && !strcmp(vk, "f16");
-                    if (!is_ctl && !build_cache(&sh, depth, ctk[ki], vk, noise, &cell.kv, &cell.append_s)) return 1;
+                    if (!is_ctl && !build_cache(&sh, depth, ctk[ki], vk, noise, pool, &cell.kv, &cell.append_s)) return 1;
                     if (is_ctl) cell.kv = ctl.kv, cell.append_s = ctl.append_s;
                     cell.ms = malloc(sizeof(double) * reps);
                     time_step(ctl.kv, &sh, pool, n_q, q, out); /* warm-up */

@@ -1,9 +1,11 @@
 /* kvstore.c — tiles, staging, sinks, per-layer policy and byte accounting. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/fp16.h"
+#include "common/threadpool.h"
 #include "kv/kvstore.h"
 
 /* A stream's segment k holds min(SEG_FIRST << k, the tiles of SEG_MAX_BYTES)
@@ -178,42 +180,94 @@ void kvq_kv_free(kvq_kv *kv) {
     kvq_free_aligned(kv->tile);
     kvq_codec_free(kv->f16);
     kvq_scratch_free(&kv->attn);
+    kvq_scratch_free(&kv->flush);
     for (int i = 0; i < 4; i++) kvq_codec_free(kv->codecs[i]);
     free(kv);
 }
 
-/* Compresses the full staging tiles of a layer. All tiles are taken before
+/* One stream's part of a flush: its staging tile decoded to floats x (T, d),
+ * centred, encoded to codec rows (in rows when the layer interleaves, else
+ * in place), packed. The first encode error is returned; its rows hold zeros. */
+static kvq_status flush_stream(const kvq_kv *kv, kvq_kv_layer *L, int s, int first, float *x, uint8_t *rows) {
+    const int T = kv->p.tile_tokens, d = kv->p.head_dim;
+    kvq_kv_stream *st = &L->streams[s];
+    const kvq_codec *c = L->codec[s & 1];
+    const int centered = L->centered[s & 1];
+    for (int r = 0; r < T; r++) kv->f16->decode(kv->f16, st->stage + (size_t)r * d, x + (size_t)r * d);
+    if (centered && first) {
+        for (int i = 0; i < d; i++) {
+            double sum = 0;
+            for (int r = 0; r < T; r++) sum += x[(size_t)r * d + i];
+            st->mean[i] = (float)(sum / T);
+        }
+    }
+    if (!L->interleaved) rows = st->tiles[L->n_tiles];
+    kvq_status status = KVQ_OK;
+    for (int r = 0; r < T; r++) {
+        float *xr = x + (size_t)r * d;
+        if (centered) /* in 16s (d is a multiple of 32): a fixed count gcc -O2 vectorizes */
+            for (int i = 0; i < d; i += 16)
+                for (int j = 0; j < 16; j++) xr[i + j] -= st->mean[i + j];
+        const kvq_status e = kvq_codec_encode_row(c, xr, rows + (size_t)r * c->row_bytes);
+        if (status == KVQ_OK) status = e;
+    }
+    if (L->interleaved) kvq_kv_tile_pack(c, s & 1, T, rows, st->tiles[L->n_tiles]);
+    return status;
+}
+
+/* A flush's streams as pool tasks, each with its own scratch. A task's
+ * error message is per thread (kvq_last_error), so it is kept with its
+ * status for the caller. */
+enum { FLUSH_MSG = 256 };
+typedef struct flush_job {
+    const kvq_kv *kv;
+    kvq_kv_layer *L;
+    int first;
+    uint8_t *block;       /* (2 n_kv_head) slots of slot bytes */
+    size_t slot;          /* (T, d) floats, (T, max_row_bytes) rows, FLUSH_MSG message */
+    kvq_status *status;   /* (2 n_kv_head) */
+} flush_job;
+
+static size_t flush_rows_at(const kvq_kv *kv) { return sizeof(float) * (size_t)kv->p.tile_tokens * kv->p.head_dim; }
+
+static void flush_task(int s, int worker, void *arg) {
+    (void)worker;
+    flush_job *j = arg;
+    uint8_t *slot = j->block + (size_t)s * j->slot;
+    const size_t rows_at = flush_rows_at(j->kv), msg_at = rows_at + (size_t)j->kv->p.tile_tokens * j->kv->max_row_bytes;
+    j->status[s] = flush_stream(j->kv, j->L, s, j->first, (float *)(void *)slot, slot + rows_at);
+    if (j->status[s] != KVQ_OK) snprintf((char *)slot + msg_at, FLUSH_MSG, "%s", kvq_last_error());
+}
+
+/* Compresses the full staging tiles of a layer, its streams in parallel
+ * over pool when it has more than one thread. All tiles are taken before
  * anything changes, so running out of memory leaves the store as it was. */
-static kvq_status flush(kvq_kv *kv, kvq_kv_layer *L) {
-    const int H = kv->p.n_kv_head, T = kv->p.tile_tokens, d = kv->p.head_dim;
+static kvq_status flush(kvq_kv *kv, kvq_kv_layer *L, kvq_threadpool *pool) {
+    const int H = kv->p.n_kv_head;
     /* A failed reservation leaves at most a spare segment behind: the store
      * is unchanged. */
     for (int s = 0; s < 2 * H; s++) KVQ_FORWARD(stream_reserve(&L->streams[s], L->n_tiles, L->tile_bytes[s & 1]));
     const int first = !L->has_mean;
     kvq_status status = KVQ_OK;
-    float *x = kv->tile; /* (T, d) */
-    for (int s = 0; s < 2 * H; s++) {
-        kvq_kv_stream *st = &L->streams[s];
-        const kvq_codec *c = L->codec[s & 1];
-        const int centered = L->centered[s & 1];
-        for (int r = 0; r < T; r++) kv->f16->decode(kv->f16, st->stage + (size_t)r * d, x + (size_t)r * d);
-        if (centered && first) {
-            for (int i = 0; i < d; i++) {
-                double sum = 0;
-                for (int r = 0; r < T; r++) sum += x[(size_t)r * d + i];
-                st->mean[i] = (float)(sum / T);
-            }
-        }
-        uint8_t *rows = L->interleaved ? kv->rows : st->tiles[L->n_tiles];
-        for (int r = 0; r < T; r++) {
-            float *xr = x + (size_t)r * d;
-            if (centered) /* in 16s (d is a multiple of 32): a fixed count gcc -O2 vectorizes */
-                for (int i = 0; i < d; i += 16)
-                    for (int j = 0; j < 16; j++) xr[i + j] -= st->mean[i + j];
-            const kvq_status e = kvq_codec_encode_row(c, xr, rows + (size_t)r * c->row_bytes);
+    if (kvq_threadpool_size(pool) > 1) {
+        flush_job j = {.kv = kv, .L = L, .first = first};
+        j.slot = (flush_rows_at(kv) + (size_t)kv->p.tile_tokens * kv->max_row_bytes + FLUSH_MSG + 63) & ~(size_t)63;
+        const size_t status_at = (size_t)2 * H * j.slot;
+        j.block = kvq_scratch_take(&kv->flush, status_at + sizeof(kvq_status) * 2 * (size_t)H);
+        KVQ_RETURN_IF(!j.block, KVQ_ERR_NOMEM, "kv store: out of memory");
+        j.status = (kvq_status *)(void *)(j.block + status_at);
+        kvq_threadpool_run(pool, 2 * H, flush_task, &j);
+        for (int s = 0; s < 2 * H && status == KVQ_OK; s++)
+            if (j.status[s] != KVQ_OK)
+                status = kvq_fail(j.status[s], "%s",
+                                  (const char *)j.block + (size_t)s * j.slot + flush_rows_at(kv) +
+                                      (size_t)kv->p.tile_tokens * kv->max_row_bytes);
+        kvq_scratch_give(&kv->flush, j.block);
+    } else {
+        for (int s = 0; s < 2 * H; s++) {
+            const kvq_status e = flush_stream(kv, L, s, first, kv->tile, kv->rows);
             if (status == KVQ_OK) status = e;
         }
-        if (L->interleaved) kvq_kv_tile_pack(c, s & 1, T, rows, st->tiles[L->n_tiles]);
     }
     L->has_mean = 1;
     L->n_tiles++;
@@ -237,7 +291,7 @@ static kvq_status check_values(const float *x, size_t n, int layer, const char *
     return KVQ_OK;
 }
 
-kvq_status kvq_kv_append(kvq_kv *kv, int layer, const float *k, const float *v) {
+kvq_status kvq_kv_append(kvq_kv *kv, int layer, kvq_threadpool *pool, const float *k, const float *v) {
     KVQ_RETURN_IF(!kv || !k || !v, KVQ_ERR_INVALID_ARG, "kvq_kv_append: NULL argument");
     KVQ_RETURN_IF(layer < 0 || layer >= kv->p.n_layer, KVQ_ERR_INVALID_ARG, "kvq_kv_append: layer %d not in [0, %d)",
                   layer, kv->p.n_layer);
@@ -259,7 +313,7 @@ kvq_status kvq_kv_append(kvq_kv *kv, int layer, const float *k, const float *v) 
     }
     L->n_tokens++;
     if (!to_sink && row + 1 == T) {
-        const kvq_status s = flush(kv, L);
+        const kvq_status s = flush(kv, L, pool);
         if (s == KVQ_ERR_NOMEM) L->n_tokens--;
         return s;
     }

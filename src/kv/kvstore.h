@@ -44,6 +44,7 @@ struct kvq_kv {
     float *tile;            /* (tile_tokens, head_dim) flush's staging tile as floats */
     kvq_codec *f16;         /* staging's f32 <-> f16 rows (the f16 codec: SIMD, bit-exact with fp16.h) */
     kvq_scratch attn;       /* attention's per-call buffers, kept between calls (reading a const kv may take it) */
+    kvq_scratch flush;      /* a parallel flush's per-stream scratch, kept between flushes */
 };
 
 /* Tokens of a layer in the sinks, the compressed tiles and the staging

@@ -206,7 +206,7 @@ static kvq_status forward_chunk(kvq_ctx *c, const int32_t *tokens, int n, float 
             const float *tab = c->rope + (size_t)t * m->n_rot;
             rope_apply(m, tab, q, H);
             rope_apply(m, tab, k, KH);
-            KVQ_FORWARD(kvq_kv_append(c->kv, il, k, v));
+            KVQ_FORWARD(kvq_kv_append(c->kv, il, c->pool, k, v));
         }
         const double ta = now_seconds();
         if (n == 1) KVQ_FORWARD(kvq_attn_decode(c->kv, il, c->pool, H, c->q, c->att));
@@ -399,7 +399,7 @@ kvq_status kvq_ctx_copy_kv(kvq_ctx *dst, const kvq_ctx *src, int n) {
     for (int l = 0; l < m->n_layer && s == KVQ_OK; l++)
         for (int t = dst->n_past; t < n && s == KVQ_OK; t++) {
             s = kvq_kv_read(src->kv, l, t, k, v);
-            if (s == KVQ_OK) s = kvq_kv_append(dst->kv, l, k, v);
+            if (s == KVQ_OK) s = kvq_kv_append(dst->kv, l, dst->pool, k, v);
         }
     free(k);
     if (s != KVQ_OK) {

@@ -5,12 +5,12 @@
 #include "common/fp16.h"
 #include "test.h"
 
-kvq_status kvq_test_fill(kvq_kv *kv, int n, const float *k, const float *v) {
+kvq_status kvq_test_fill(kvq_kv *kv, int n, const float *k, const float *v, kvq_threadpool *pool) {
     const size_t tok = (size_t)kv->p.n_kv_head * kv->p.head_dim;
     for (int l = 0; l < kv->p.n_layer; l++)
         for (int t = 0; t < n; t++) {
             const size_t off = ((size_t)l * n + t) * tok;
-            KVQ_FORWARD(kvq_kv_append(kv, l, k + off, v + off));
+            KVQ_FORWARD(kvq_kv_append(kv, l, pool, k + off, v + off));
         }
     return KVQ_OK;
 }

@@ -5,8 +5,9 @@
 
 #include "kv/kvstore.h"
 
-/* Appends n tokens to every layer from k, v: (n_layer, n, n_kv_head, head_dim). */
-kvq_status kvq_test_fill(kvq_kv *kv, int n, const float *k, const float *v);
+/* Appends n tokens to every layer from k, v: (n_layer, n, n_kv_head, head_dim),
+ * flushing over pool (or NULL). */
+kvq_status kvq_test_fill(kvq_kv *kv, int n, const float *k, const float *v, kvq_threadpool *pool);
 
 /* Random K (outlier channels) and V (N(0,1)) for n tokens of every layer:
  * (n_layer, n, n_kv_head, head_dim) each; caller frees. */

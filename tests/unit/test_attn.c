@@ -154,7 +154,7 @@ static void check_case(const attn_case *tc, kvq_threadpool *pool2) {
     kvq_test_kv_data(&p, n, 1234 + (uint64_t)n, &k, &v);
     kvq_kv *kv = NULL;
     CHECK_OK(kvq_kv_create(&p, &kv));
-    CHECK_OK(kvq_test_fill(kv, n, k, v));
+    CHECK_OK(kvq_test_fill(kv, n, k, v, NULL));
 
     float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
     kvq_test_decoded(kv, 0, kd, vd);
@@ -289,7 +289,7 @@ TEST(attn_prefill_across_query_blocks) {
         kvq_test_kv_data(&p, n, 77, &k, &v);
         kvq_kv *kv = NULL;
         CHECK_OK(kvq_kv_create(&p, &kv));
-        CHECK_OK(kvq_test_fill(kv, n, k, v));
+        CHECK_OK(kvq_test_fill(kv, n, k, v, NULL));
         float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
         float *kp = malloc(sizeof(float) * (size_t)H * n * d), *vp = malloc(sizeof(float) * (size_t)H * n * d);
         kvq_test_decoded(kv, 0, kd, vd);
@@ -407,7 +407,7 @@ TEST(attn_rejects_bad_arguments) {
     float q[4 * 64] = {0}, out[4 * 64];
     CHECK(kvq_attn_decode(kv, 0, NULL, 4, q, out) == KVQ_ERR_INVALID_ARG); /* empty layer */
     float kr[2 * 64] = {0};
-    CHECK_OK(kvq_kv_append(kv, 0, kr, kr));
+    CHECK_OK(kvq_kv_append(kv, 0, NULL, kr, kr));
     CHECK(kvq_attn_decode(kv, 0, NULL, 3, q, out) == KVQ_ERR_INVALID_ARG); /* 3 heads over 2 kv heads */
     CHECK(kvq_attn_decode(kv, 1, NULL, 4, q, out) == KVQ_ERR_INVALID_ARG);
     CHECK(kvq_attn_prefill(kv, 0, NULL, 2, 4, q, out) == KVQ_ERR_INVALID_ARG);
@@ -456,7 +456,7 @@ TEST(attn_integer_kernel_every_group_head_dim_and_codec_pair) {
             kvq_test_kv_data(&p, n, 400 + (uint64_t)idx, &k, &v);
             kvq_kv *kv = NULL;
             CHECK_OK(kvq_kv_create(&p, &kv));
-            CHECK_OK(kvq_test_fill(kv, n, k, v));
+            CHECK_OK(kvq_test_fill(kv, n, k, v, NULL));
             CHECK(kv->layers[0].interleaved);
             float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
             kvq_test_decoded(kv, 0, kd, vd);

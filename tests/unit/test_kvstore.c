@@ -55,7 +55,7 @@ TEST(kvstore_truncate_then_reappend_equals_never_appended) {
         kvq_test_kv_data(&p, n, 77, &k, &v);
         kvq_kv *full = NULL;
         CHECK_OK(kvq_kv_create(&p, &full));
-        CHECK_OK(kvq_test_fill(full, n, k, v));
+        CHECK_OK(kvq_test_fill(full, n, k, v, NULL));
         kvq_codec *c = full->layers[0].codec[0];
         const int plain = !kvq_codec_is_quantized(c);
         static const int cuts[] = {0, 2, 3, 35, 67, 130, 140, 149, 150, 20, 50, 100};
@@ -65,13 +65,13 @@ TEST(kvstore_truncate_then_reappend_equals_never_appended) {
             if (in_tile && !plain) continue;
             kvq_kv *kv = NULL;
             CHECK_OK(kvq_kv_create(&p, &kv));
-            CHECK_OK(kvq_test_fill(kv, n, k, v));
+            CHECK_OK(kvq_test_fill(kv, n, k, v, NULL));
             CHECK_OK(kvq_kv_truncate(kv, cut));
             CHECK(kvq_kv_n_tokens(kv, 1) == cut);
             const size_t tok = (size_t)p.n_kv_head * p.head_dim;
             for (int l = 0; l < p.n_layer; l++)
                 for (int t = cut; t < n; t++)
-                    CHECK_OK(kvq_kv_append(kv, l, k + ((size_t)l * n + t) * tok, v + ((size_t)l * n + t) * tok));
+                    CHECK_OK(kvq_kv_append(kv, l, NULL, k + ((size_t)l * n + t) * tok, v + ((size_t)l * n + t) * tok));
             CHECKF(same_state(kv, full), "%s: cut at %d then re-append differs", kvq_codec_name(c), cut);
             CHECK(kvq_kv_bytes_used(kv) == kvq_kv_bytes_used(full));
             kvq_kv_free(kv);
@@ -80,6 +80,34 @@ TEST(kvstore_truncate_then_reappend_equals_never_appended) {
         free(k);
         free(v);
     }
+}
+
+/* A flush over a thread pool (its K and V streams encoded in parallel)
+ * builds the same store as one on the calling thread, for every codec in
+ * both tile layouts. */
+TEST(kvstore_append_over_a_pool_equals_inline) {
+    const int n = 150;
+    kvq_threadpool *pool = NULL;
+    CHECK_OK(kvq_threadpool_create(3, &pool));
+    for (int ci = 0; ci < kvq_codec_count() && !kvq_test_failed(); ci++)
+        for (int layout = KVQ_TILES_ROWS; layout <= KVQ_TILES_INTERLEAVED; layout++) {
+            kvq_kv_params p = small_params(kvq_codec_name_at(ci));
+            p.tile_layout = layout;
+            float *k, *v;
+            kvq_test_kv_data(&p, n, 79, &k, &v);
+            kvq_kv *a = NULL, *b = NULL;
+            CHECK_OK(kvq_kv_create(&p, &a));
+            CHECK_OK(kvq_kv_create(&p, &b));
+            CHECK_OK(kvq_test_fill(a, n, k, v, NULL));
+            CHECK_OK(kvq_test_fill(b, n, k, v, pool));
+            CHECK(a->layers[0].n_tiles == 4);
+            CHECKF(same_state(a, b), "%s, layout %d: the pool's flush differs", kvq_codec_name_at(ci), layout);
+            kvq_kv_free(a);
+            kvq_kv_free(b);
+            free(k);
+            free(v);
+        }
+    kvq_threadpool_free(pool);
 }
 
 /* kvq_kv_read gives every position as the decoded cache does (sinks, tiles
@@ -94,7 +122,7 @@ TEST(kvstore_read_matches_decoded_cache) {
         kvq_kv *kv = NULL, *copy = NULL;
         CHECK_OK(kvq_kv_create(&p, &kv));
         CHECK_OK(kvq_kv_create(&p, &copy));
-        CHECK_OK(kvq_test_fill(kv, n, k, v));
+        CHECK_OK(kvq_test_fill(kv, n, k, v, NULL));
         const int H = p.n_kv_head, d = p.head_dim;
         float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
         float *kr = malloc(sizeof(float) * (size_t)H * d), *vr = malloc(sizeof(float) * (size_t)H * d);
@@ -107,7 +135,7 @@ TEST(kvstore_read_matches_decoded_cache) {
                                !memcmp(vr + (size_t)h * d, vd + ((size_t)h * n + t) * d, sizeof(float) * d),
                            "%s layer %d pos %d head %d: read differs from the decoded cache", kvq_codec_name_at(ci),
                            l, t, h);
-                CHECK_OK(kvq_kv_append(copy, l, kr, vr));
+                CHECK_OK(kvq_kv_append(copy, l, NULL, kr, vr));
             }
         }
         /* Decoded rows re-encode to themselves for the plain codecs. */
@@ -142,7 +170,7 @@ TEST(kvstore_byte_accounting_is_exact) {
         for (int t = 1; t <= n; t++) {
             const size_t tok = (size_t)p.n_kv_head * p.head_dim;
             for (int l = 0; l < p.n_layer; l++)
-                CHECK_OK(kvq_kv_append(kv, l, k + ((size_t)l * n + t - 1) * tok, v + ((size_t)l * n + t - 1) * tok));
+                CHECK_OK(kvq_kv_append(kv, l, NULL, k + ((size_t)l * n + t - 1) * tok, v + ((size_t)l * n + t - 1) * tok));
             const size_t H = 2, d = 64, T = 32;
             const size_t sunk = t < 3 ? (size_t)t : 3, tiles = ((size_t)t - sunk) / T;
             const size_t staged = (size_t)t - sunk - tiles * T;
@@ -194,7 +222,7 @@ TEST(kvstore_rejects_bad_input) {
     p = small_params("f16");
     CHECK_OK(kvq_kv_create(&p, &kv));
     float x[2 * 64] = {0};
-    CHECK(kvq_kv_append(kv, 2, x, x) == KVQ_ERR_INVALID_ARG);
+    CHECK(kvq_kv_append(kv, 2, NULL, x, x) == KVQ_ERR_INVALID_ARG);
     CHECK(kvq_kv_truncate(kv, -1) == KVQ_ERR_INVALID_ARG);
     kvq_kv_free(kv);
     for (int ci = 0; ci < kvq_codec_count(); ci++) {
@@ -202,17 +230,17 @@ TEST(kvstore_rejects_bad_input) {
         CHECK_OK(kvq_kv_create(&p, &kv));
         if (kvq_codec_is_quantized(kv->layers[0].codec[0])) {
             x[5] = NAN;
-            CHECK(kvq_kv_append(kv, 0, x, x) == KVQ_ERR_NONFINITE);
+            CHECK(kvq_kv_append(kv, 0, NULL, x, x) == KVQ_ERR_NONFINITE);
             x[5] = 1e6f;
-            CHECK(kvq_kv_append(kv, 0, x, x) == KVQ_ERR_RANGE);
+            CHECK(kvq_kv_append(kv, 0, NULL, x, x) == KVQ_ERR_RANGE);
             x[5] = 0;
             x[2 * 64 - 1] = -INFINITY; /* the last value of the last head */
-            CHECK(kvq_kv_append(kv, 0, x, x) == KVQ_ERR_NONFINITE);
+            CHECK(kvq_kv_append(kv, 0, NULL, x, x) == KVQ_ERR_NONFINITE);
             x[3] = 70000.0f; /* the first offender names the error */
-            CHECK(kvq_kv_append(kv, 0, x, x) == KVQ_ERR_RANGE);
+            CHECK(kvq_kv_append(kv, 0, NULL, x, x) == KVQ_ERR_RANGE);
             x[3] = 65504.0f; /* f16's largest value is accepted */
             x[2 * 64 - 1] = 0;
-            CHECK_OK(kvq_kv_append(kv, 0, x, x));
+            CHECK_OK(kvq_kv_append(kv, 0, NULL, x, x));
             CHECK_OK(kvq_kv_truncate(kv, 0));
             CHECK(kvq_kv_n_tokens(kv, 0) == 0);
             x[3] = 0;
@@ -466,8 +494,8 @@ TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
         CHECK(!a->layers[0].interleaved);
         /* Only where both codecs can: q4_0 with q4_1 stays rows. */
         CHECK(b->layers[0].interleaved == (k < 8));
-        CHECK_OK(kvq_test_fill(a, n, kx, vx));
-        CHECK_OK(kvq_test_fill(b, n, kx, vx));
+        CHECK_OK(kvq_test_fill(a, n, kx, vx, NULL));
+        CHECK_OK(kvq_test_fill(b, n, kx, vx, NULL));
         for (int l = 0; l < p.n_layer; l++)
             CHECKF(same_reads(a, b, l), "%s/%s layer %d: the layouts read differently", pairs[k][0], pairs[k][1], l);
         /* Session files hold rows: the same bytes from either layout, and a
