@@ -211,7 +211,13 @@ static kvq_status flush_stream(const kvq_kv *kv, kvq_kv_layer *L, int s, int fir
         const kvq_status e = kvq_codec_encode_row(c, xr, rows + (size_t)r * c->row_bytes);
         if (status == KVQ_OK) status = e;
     }
-    if (L->interleaved) kvq_kv_tile_pack(c, s & 1, T, rows, st->tiles[L->n_tiles]);
+    if (L->interleaved) {
+#if KVQ_HAVE_X86
+        if (c->isa >= KVQ_ISA_AVX512) kvq_kv_tile_pack_avx512(c, s & 1, T, rows, st->tiles[L->n_tiles]);
+        else
+#endif
+            kvq_kv_tile_pack(c, s & 1, T, rows, st->tiles[L->n_tiles]);
+    }
     return status;
 }
 

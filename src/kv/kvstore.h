@@ -68,6 +68,9 @@ void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile
 typedef void (*kvq_kv_tile_decode_fn)(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y);
 /* The same with AVX-512 (tile_layout_avx512.c), bit-exact with it. */
 void kvq_kv_tile_decode_avx512(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y);
+/* kvq_kv_tile_pack with AVX-512 and BMI2 for the rotated codecs at head_dim
+ * a multiple of 64 (the same bytes; the others go to kvq_kv_tile_pack). */
+void kvq_kv_tile_pack_avx512(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile);
 /* The T rows of a tile of layer L as codec rows, whatever the layer's layout. */
 void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *tile, uint8_t *rows);
 

@@ -11,6 +11,8 @@
  *      which hold 16 codes to sort (nibbles, 2-bit fields, high bits);
  *   V: a vector's dword lane l holds byte l of 4 tokens; one vpshufb and one
  *      dword permutation give per token its 16 bytes, l in order. */
+#include <string.h>
+
 #include "codec/ggml_blocks.h"
 #include "codec/rotated.h"
 #include "common/fp16.h"
@@ -249,5 +251,170 @@ KVQ_TARGET_AVX512 void kvq_kv_tile_decode_avx512(const kvq_codec *c, int side, i
     }
 }
 #undef DECODE_SIDES
+
+/* ---------------------------------------------------------------- pack */
+
+/* The rotated codecs' pack (every flush), the same bytes as
+ * kvq_kv_tile_pack: rows' b-bit indices spread to one byte each (BMI2 pdep:
+ * 8 indices from b bytes), then tile_layout.c's walk done on vectors: K by a
+ * 16 x 16 dword transpose of 16 tokens x 64 dims, V by a 4 x 4 transpose of
+ * 128-bit lanes and the inverse of quad_tokens' shuffles. The scalar walk
+ * took as long as the encode (turbo3, head_dim 64: 130 ns a row). */
+#define PACK_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,bmi2")))
+
+static PACK_TARGET KVQ_ALWAYS_INLINE void unpack_row(const int b, int d, const uint8_t *packed, uint8_t *idx) {
+    const uint64_t mask = 0x0101010101010101ull * ((1u << b) - 1);
+    /* Up to 16 groups of 8 indices (16 b bytes) at a time through one vector
+     * store, so the 8-byte loads below forward from it (3-byte copies into a
+     * word stalled on store forwarding: 50 vs 6 ns a row). */
+    for (int g0 = 0; g0 < d / 8; g0 += 16) {
+        const int ng = d / 8 - g0 < 16 ? d / 8 - g0 : 16, n = ng * b;
+        _Alignas(64) uint8_t buf[64];
+        _mm512_store_si512(buf, _mm512_maskz_loadu_epi8(n == 64 ? ~0ull : (1ull << n) - 1, packed + (size_t)g0 * b));
+        for (int g = 0; g < ng; g++) {
+            uint64_t w; /* little-endian (x86): index i at bits [i b, i b + b); pdep takes the low 8 b */
+            memcpy(&w, buf + g * b, 8);
+            const uint64_t x = _pdep_u64(w, mask);
+            memcpy(idx + 8 * (g0 + g), &x, 8);
+        }
+    }
+}
+
+/* v << n for bytes whose values fit in 8 - n bits (nothing crosses a byte). */
+static PACK_TARGET KVQ_ALWAYS_INLINE __m512i shl(__m512i v, int n) { return _mm512_slli_epi32(v, (unsigned)n); }
+static PACK_TARGET KVQ_ALWAYS_INLINE __m512i low2(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(3)); }
+static PACK_TARGET KVQ_ALWAYS_INLINE __m512i bit2(__m512i v) {
+    return _mm512_and_si512(_mm512_srli_epi32(v, 2), _mm512_set1_epi8(1));
+}
+
+/* 4 x 4 transpose of 128-bit lanes: lane i of o[u] = lane u of x[i]. */
+static PACK_TARGET KVQ_ALWAYS_INLINE void lanes4(const __m512i x[4], __m512i o[4]) {
+    const __m512i y0 = _mm512_shuffle_i32x4(x[0], x[1], 0x44), y1 = _mm512_shuffle_i32x4(x[0], x[1], 0xEE);
+    const __m512i y2 = _mm512_shuffle_i32x4(x[2], x[3], 0x44), y3 = _mm512_shuffle_i32x4(x[2], x[3], 0xEE);
+    o[0] = _mm512_shuffle_i32x4(y0, y2, 0x88);
+    o[1] = _mm512_shuffle_i32x4(y0, y2, 0xDD);
+    o[2] = _mm512_shuffle_i32x4(y1, y3, 0x88);
+    o[3] = _mm512_shuffle_i32x4(y1, y3, 0xDD);
+}
+
+/* D[m], m = 0..15: dword t = dword m of r[t] (dims 4m.. of token t). */
+static PACK_TARGET KVQ_ALWAYS_INLINE void transpose16(const __m512i r[16], __m512i D[16]) {
+    __m512i a[16], c[16];
+    for (int i = 0; i < 16; i += 2) {
+        a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    /* c[4q + k], lane L: tokens 4q..4q+3 of dword 4L + pos[k]. */
+    static const int pos[4] = {0, 2, 1, 3};
+    for (int i = 0; i < 16; i += 4)
+        for (int k = 0; k < 2; k++) {
+            c[i + k] = _mm512_unpacklo_epi64(a[i + k], a[i + 2 + k]);
+            c[i + 2 + k] = _mm512_unpackhi_epi64(a[i + k], a[i + 2 + k]);
+        }
+    for (int k = 0; k < 4; k++) {
+        const __m512i x[4] = {c[k], c[4 + k], c[8 + k], c[12 + k]};
+        __m512i o[4];
+        lanes4(x, o);
+        for (int L = 0; L < 4; L++) D[4 * L + pos[k]] = o[L];
+    }
+}
+
+/* K group of 16 tokens (idx: (16, d)) -> its code vectors at grp. */
+static PACK_TARGET KVQ_ALWAYS_INLINE void pack_k_group(const int b, int d, const uint8_t *idx, uint8_t *grp) {
+    for (int q = 0; q < d / 64; q++) {
+        __m512i r[16], D[16];
+        for (int t = 0; t < 16; t++) r[t] = _mm512_loadu_si512(idx + (size_t)t * d + 64 * q);
+        transpose16(r, D);
+        if (b == 4) {
+            for (int u = 0; u < 8; u++)
+                _mm512_storeu_si512(grp + 64 * (size_t)(8 * q + u), _mm512_or_si512(D[2 * u], shl(D[2 * u + 1], 4)));
+        } else if (b == 2) {
+            for (int u = 0; u < 4; u++)
+                _mm512_storeu_si512(grp + 64 * (size_t)(4 * q + u),
+                                    _mm512_or_si512(_mm512_or_si512(D[4 * u], shl(D[4 * u + 1], 2)),
+                                                    _mm512_or_si512(shl(D[4 * u + 2], 4), shl(D[4 * u + 3], 6))));
+        } else {
+            for (int cc = 0; cc < 2; cc++) {
+                const int c = 2 * q + cc; /* 32 dims */
+                __m512i hi = _mm512_setzero_si512();
+                for (int h = 0; h < 2; h++) {
+                    __m512i lo = _mm512_setzero_si512();
+                    for (int k = 0; k < 4; k++) lo = _mm512_or_si512(lo, shl(low2(D[8 * cc + 4 * h + k]), 2 * k));
+                    _mm512_storeu_si512(grp + 64 * (size_t)(3 * c + h), lo);
+                }
+                for (int k = 0; k < 8; k++) hi = _mm512_or_si512(hi, shl(bit2(D[8 * cc + k]), k));
+                _mm512_storeu_si512(grp + 64 * (size_t)(3 * c + 2), hi);
+            }
+        }
+    }
+}
+
+/* V octet of 8 tokens (idx: (8, d)) -> its code vectors at base. */
+static PACK_TARGET KVQ_ALWAYS_INLINE void pack_v_octet(const int b, int d, const uint8_t *idx, uint8_t *base) {
+    const __m512i by_token = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    const __m512i lanes = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int c = 0; c < d / 64; c++) {
+        __m512i hi = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) { /* quad h: tokens 4h.. */
+            __m512i R[4], T4[4], P[4];
+            for (int i = 0; i < 4; i++) R[i] = _mm512_loadu_si512(idx + (size_t)(4 * h + i) * d + 64 * c);
+            lanes4(R, T4);
+            /* P[u] byte 4l + i: token 4h + i, dim 64c + 16u + l */
+            for (int u = 0; u < 4; u++) P[u] = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(lanes, T4[u]), by_token);
+            if (b == 4) {
+                for (int w = 0; w < 2; w++)
+                    _mm512_storeu_si512(base + 64 * ((size_t)h * (d / 32) + 2 * c + w),
+                                        _mm512_or_si512(P[2 * w], shl(P[2 * w + 1], 4)));
+            } else if (b == 2) {
+                _mm512_storeu_si512(base + 64 * ((size_t)h * (d / 64) + c),
+                                    _mm512_or_si512(_mm512_or_si512(P[0], shl(P[1], 2)),
+                                                    _mm512_or_si512(shl(P[2], 4), shl(P[3], 6))));
+            } else {
+                __m512i lo = _mm512_setzero_si512();
+                for (int k = 0; k < 4; k++) {
+                    lo = _mm512_or_si512(lo, shl(low2(P[k]), 2 * k));
+                    hi = _mm512_or_si512(hi, shl(bit2(P[k]), 2 * k + h));
+                }
+                _mm512_storeu_si512(base + 64 * (3 * (size_t)c + h), lo);
+            }
+        }
+        if (b == 3) _mm512_storeu_si512(base + 64 * (3 * (size_t)c + 2), hi);
+    }
+}
+
+static PACK_TARGET KVQ_ALWAYS_INLINE void pack_rot(const int b, const int side, const kvq_codec *c, int T,
+                                                    const uint8_t *rows, uint8_t *tile) {
+    const int d = c->head_dim, span = side ? 8 : 16;
+    const size_t rb = c->row_bytes;
+    _Alignas(64) uint8_t idx[16 * KVQ_MAX_HEAD_DIM]; /* (span, d) */
+    for (int g = 0; g < T / span; g++) {
+        for (int t = 0; t < span; t++) {
+            const int r = span * g + t;
+            const uint8_t *row = rows + (size_t)r * rb;
+            unpack_row(b, d, row + 2, idx + (size_t)t * d);
+            /* the row's fp16 scale: K after its group's codes, V after all codes */
+            memcpy(tile + (side == 0 ? (size_t)g * 16 * rb + 2 * (size_t)d * b + 2 * (size_t)t
+                                     : (size_t)T * d * b / 8 + 2 * (size_t)r),
+                   row, 2);
+        }
+        if (side == 0) pack_k_group(b, d, idx, tile + (size_t)g * 16 * rb);
+        else pack_v_octet(b, d, idx, tile + (size_t)g * d * b);
+    }
+}
+
+#define PACK_SIDES(B) (side == 0 ? pack_rot(B, 0, c, T, rows, tile) : pack_rot(B, 1, c, T, rows, tile))
+
+PACK_TARGET void kvq_kv_tile_pack_avx512(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile) {
+    if (c->desc->family != &kvq_family_rot || c->head_dim % 64) {
+        kvq_kv_tile_pack(c, side, T, rows, tile);
+        return;
+    }
+    switch (c->desc->param) {
+    case 2: PACK_SIDES(2); break;
+    case 3: PACK_SIDES(3); break;
+    default: PACK_SIDES(4); break;
+    }
+}
+#undef PACK_SIDES
 
 #endif

@@ -377,6 +377,13 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                     kvq_kv_tile_decode(c, side, T, tile, y);
 #if KVQ_HAVE_X86
                     if (kvq_isa_supported(KVQ_ISA_AVX512)) {
+                        uint8_t *simd = malloc((size_t)T * rb);
+                        memset(simd, 0x11, (size_t)T * rb);
+                        kvq_kv_tile_pack_avx512(c, side, T, rows, simd);
+                        for (size_t i = 0; i < (size_t)T * rb; i++)
+                            CHECKF(simd[i] == tile[i], "%s d=%d T=%d side %d: AVX-512 pack differs at byte %zu",
+                                   names[ci], d, T, side, i);
+                        free(simd);
                         kvq_kv_tile_decode_avx512(c, side, T, tile, ysimd);
                         for (size_t i = 0; i < (size_t)T * d; i++)
                             CHECKF(!memcmp(&y[i], &ysimd[i], sizeof(float)),
