@@ -25,7 +25,7 @@ for p in $parts; do
         run codecs128 $kvq codecs --head-dim 128
         run codecs64qjl $kvq codecs --head-dim 64 --qjl ;;
     perf)
-        run perf_d0 $kvq bench -p 512 -n 128 -d 0 --kv f16,q8_0,q4_0,turbo4,turbo3 -r 5 -t 2 ;;
+        run perf_d0 $kvq bench -p 512 -n 128 -d 0 --kv $bench_kv -r 5 -t 2 ;;
     attn)
         run attn_smollm2 $kvq attn-bench --shape smollm2-135m -d 4096,32768 --ctk $all_codecs -t 2 -r 5
         run attn_llama1b $kvq attn-bench --shape llama-3.2-1b -d 4096,32768 --ctk f16,q8_0,q4_0,iq4_nl,turbo4,turbo3 -t 2 -r 5 ;;
