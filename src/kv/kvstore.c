@@ -234,15 +234,18 @@ typedef struct flush_job {
     kvq_status *status;   /* (2 n_kv_head) */
 } flush_job;
 
+/* Where a slot's rows and message start (the floats come first). */
 static size_t flush_rows_at(const kvq_kv *kv) { return sizeof(float) * (size_t)kv->p.tile_tokens * kv->p.head_dim; }
+static size_t flush_msg_at(const kvq_kv *kv) {
+    return flush_rows_at(kv) + (size_t)kv->p.tile_tokens * kv->max_row_bytes;
+}
 
 static void flush_task(int s, int worker, void *arg) {
     (void)worker;
     flush_job *j = arg;
     uint8_t *slot = j->block + (size_t)s * j->slot;
-    const size_t rows_at = flush_rows_at(j->kv), msg_at = rows_at + (size_t)j->kv->p.tile_tokens * j->kv->max_row_bytes;
-    j->status[s] = flush_stream(j->kv, j->L, s, j->first, (float *)(void *)slot, slot + rows_at);
-    if (j->status[s] != KVQ_OK) snprintf((char *)slot + msg_at, FLUSH_MSG, "%s", kvq_last_error());
+    j->status[s] = flush_stream(j->kv, j->L, s, j->first, (float *)(void *)slot, slot + flush_rows_at(j->kv));
+    if (j->status[s] != KVQ_OK) snprintf((char *)slot + flush_msg_at(j->kv), FLUSH_MSG, "%s", kvq_last_error());
 }
 
 /* Compresses the full staging tiles of a layer, its streams in parallel
@@ -257,7 +260,7 @@ static kvq_status flush(kvq_kv *kv, kvq_kv_layer *L, kvq_threadpool *pool) {
     kvq_status status = KVQ_OK;
     if (kvq_threadpool_size(pool) > 1) {
         flush_job j = {.kv = kv, .L = L, .first = first};
-        j.slot = (flush_rows_at(kv) + (size_t)kv->p.tile_tokens * kv->max_row_bytes + FLUSH_MSG + 63) & ~(size_t)63;
+        j.slot = (flush_msg_at(kv) + FLUSH_MSG + 63) & ~(size_t)63;
         const size_t status_at = (size_t)2 * H * j.slot;
         j.block = kvq_scratch_take(&kv->flush, status_at + sizeof(kvq_status) * 2 * (size_t)H);
         KVQ_RETURN_IF(!j.block, KVQ_ERR_NOMEM, "kv store: out of memory");
@@ -265,9 +268,7 @@ static kvq_status flush(kvq_kv *kv, kvq_kv_layer *L, kvq_threadpool *pool) {
         kvq_threadpool_run(pool, 2 * H, flush_task, &j);
         for (int s = 0; s < 2 * H && status == KVQ_OK; s++)
             if (j.status[s] != KVQ_OK)
-                status = kvq_fail(j.status[s], "%s",
-                                  (const char *)j.block + (size_t)s * j.slot + flush_rows_at(kv) +
-                                      (size_t)kv->p.tile_tokens * kv->max_row_bytes);
+                status = kvq_fail(j.status[s], "%s", (const char *)j.block + (size_t)s * j.slot + flush_msg_at(kv));
         kvq_scratch_give(&kv->flush, j.block);
     } else {
         for (int s = 0; s < 2 * H; s++) {
