@@ -112,8 +112,7 @@ static kvq_status kv_init(kvq_kv *kv) {
         }
     }
     kv->rows = kvq_alloc_aligned((size_t)T * kv->max_row_bytes);
-    kv->tile = kvq_alloc_aligned(sizeof(float) * (size_t)T * d);
-    KVQ_RETURN_IF(!kv->rows || !kv->tile, KVQ_ERR_NOMEM, "kv store: out of memory");
+    KVQ_RETURN_IF(!kv->rows, KVQ_ERR_NOMEM, "kv store: out of memory");
     return kvq_codec_create("f16", d, 0, &kv->f16);
 }
 
@@ -177,7 +176,6 @@ void kvq_kv_free(kvq_kv *kv) {
     }
     free(kv->layers);
     kvq_free_aligned(kv->rows);
-    kvq_free_aligned(kv->tile);
     kvq_codec_free(kv->f16);
     kvq_scratch_free(&kv->attn);
     kvq_scratch_free(&kv->flush);
@@ -221,7 +219,7 @@ static kvq_status flush_stream(const kvq_kv *kv, kvq_kv_layer *L, int s, int fir
     return status;
 }
 
-/* A flush's streams as pool tasks, each with its own scratch. A task's
+/* A flush's streams as pool tasks, each with its own scratch slot. A task's
  * error message is per thread (kvq_last_error), so it is kept with its
  * status for the caller. */
 enum { FLUSH_MSG = 256 };
@@ -248,8 +246,8 @@ static void flush_task(int s, int worker, void *arg) {
     if (j->status[s] != KVQ_OK) snprintf((char *)slot + flush_msg_at(j->kv), FLUSH_MSG, "%s", kvq_last_error());
 }
 
-/* Compresses the full staging tiles of a layer, its streams in parallel
- * over pool when it has more than one thread. All tiles are taken before
+/* Compresses the full staging tiles of a layer, its streams as tasks of
+ * pool (NULL: on the calling thread). All tiles are taken before
  * anything changes, so running out of memory leaves the store as it was. */
 static kvq_status flush(kvq_kv *kv, kvq_kv_layer *L, kvq_threadpool *pool) {
     const int H = kv->p.n_kv_head;
@@ -258,24 +256,17 @@ static kvq_status flush(kvq_kv *kv, kvq_kv_layer *L, kvq_threadpool *pool) {
     for (int s = 0; s < 2 * H; s++) KVQ_FORWARD(stream_reserve(&L->streams[s], L->n_tiles, L->tile_bytes[s & 1]));
     const int first = !L->has_mean;
     kvq_status status = KVQ_OK;
-    if (kvq_threadpool_size(pool) > 1) {
-        flush_job j = {.kv = kv, .L = L, .first = first};
-        j.slot = (flush_msg_at(kv) + FLUSH_MSG + 63) & ~(size_t)63;
-        const size_t status_at = (size_t)2 * H * j.slot;
-        j.block = kvq_scratch_take(&kv->flush, status_at + sizeof(kvq_status) * 2 * (size_t)H);
-        KVQ_RETURN_IF(!j.block, KVQ_ERR_NOMEM, "kv store: out of memory");
-        j.status = (kvq_status *)(void *)(j.block + status_at);
-        kvq_threadpool_run(pool, 2 * H, flush_task, &j);
-        for (int s = 0; s < 2 * H && status == KVQ_OK; s++)
-            if (j.status[s] != KVQ_OK)
-                status = kvq_fail(j.status[s], "%s", (const char *)j.block + (size_t)s * j.slot + flush_msg_at(kv));
-        kvq_scratch_give(&kv->flush, j.block);
-    } else {
-        for (int s = 0; s < 2 * H; s++) {
-            const kvq_status e = flush_stream(kv, L, s, first, kv->tile, kv->rows);
-            if (status == KVQ_OK) status = e;
-        }
-    }
+    flush_job j = {.kv = kv, .L = L, .first = first};
+    j.slot = (flush_msg_at(kv) + FLUSH_MSG + 63) & ~(size_t)63;
+    const size_t status_at = (size_t)2 * H * j.slot;
+    j.block = kvq_scratch_take(&kv->flush, status_at + sizeof(kvq_status) * 2 * (size_t)H);
+    KVQ_RETURN_IF(!j.block, KVQ_ERR_NOMEM, "kv store: out of memory");
+    j.status = (kvq_status *)(void *)(j.block + status_at);
+    kvq_threadpool_run(pool, 2 * H, flush_task, &j); /* NULL pool: here, in stream order */
+    for (int s = 0; s < 2 * H && status == KVQ_OK; s++)
+        if (j.status[s] != KVQ_OK)
+            status = kvq_fail(j.status[s], "%s", (const char *)j.block + (size_t)s * j.slot + flush_msg_at(kv));
+    kvq_scratch_give(&kv->flush, j.block);
     L->has_mean = 1;
     L->n_tiles++;
     return status;

@@ -40,11 +40,10 @@ struct kvq_kv {
     kvq_codec *codecs[4];   /* distinct codecs in use */
     kvq_kv_layer *layers;   /* (n_layer) */
     size_t max_row_bytes;   /* of the codecs in use */
-    uint8_t *rows;          /* (tile_tokens, max_row_bytes) flush's codec rows before packing */
-    float *tile;            /* (tile_tokens, head_dim) flush's staging tile as floats */
+    uint8_t *rows;          /* (tile_tokens, max_row_bytes) a session's codec rows on the way out */
     kvq_codec *f16;         /* staging's f32 <-> f16 rows (the f16 codec: SIMD, bit-exact with fp16.h) */
     kvq_scratch attn;       /* attention's per-call buffers, kept between calls (reading a const kv may take it) */
-    kvq_scratch flush;      /* a parallel flush's per-stream scratch, kept between flushes */
+    kvq_scratch flush;      /* a flush's per-stream scratch (floats, rows, error message), kept between flushes */
 };
 
 /* Tokens of a layer in the sinks, the compressed tiles and the staging
