@@ -32,11 +32,20 @@ static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void transpose4(__m512i a, __m512i b,
     o[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-/* A V vector (dword l: byte i of token i) -> lane i: token i's 16 bytes. */
+/* The two 4 x 4 transposes between a V vector (dword l: byte i of token i)
+ * and per-token lanes: of bytes within each 128-bit lane, and of dwords
+ * across lanes. Each is its own inverse, so unpacking applies bytes then
+ * dwords and packing dwords then bytes. */
+static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE __m512i transpose_bytes(__m512i v) {
+    return _mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)));
+}
+static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE __m512i transpose_dwords(__m512i v) {
+    return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), v);
+}
+
+/* A V vector -> lane i: token i's 16 bytes. */
 static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE __m512i quad_tokens(const uint8_t *p) {
-    const __m512i by_token = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-    const __m512i lanes = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_epi32(lanes, _mm512_shuffle_epi8(_mm512_loadu_si512(p), by_token));
+    return transpose_dwords(transpose_bytes(_mm512_loadu_si512(p)));
 }
 
 /* 16 codes (lane L of v) -> y[0..15] = value(code) x s: q8 codes are s8
@@ -352,8 +361,6 @@ static PACK_TARGET KVQ_ALWAYS_INLINE void pack_k_group(const int b, int d, const
 
 /* V octet of 8 tokens (idx: (8, d)) -> its code vectors at base. */
 static PACK_TARGET KVQ_ALWAYS_INLINE void pack_v_octet(const int b, int d, const uint8_t *idx, uint8_t *base) {
-    const __m512i by_token = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-    const __m512i lanes = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     for (int c = 0; c < d / 64; c++) {
         __m512i hi = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) { /* quad h: tokens 4h.. */
@@ -361,7 +368,7 @@ static PACK_TARGET KVQ_ALWAYS_INLINE void pack_v_octet(const int b, int d, const
             for (int i = 0; i < 4; i++) R[i] = _mm512_loadu_si512(idx + (size_t)(4 * h + i) * d + 64 * c);
             lanes4(R, T4);
             /* P[u] byte 4l + i: token 4h + i, dim 64c + 16u + l */
-            for (int u = 0; u < 4; u++) P[u] = _mm512_shuffle_epi8(_mm512_permutexvar_epi32(lanes, T4[u]), by_token);
+            for (int u = 0; u < 4; u++) P[u] = transpose_bytes(transpose_dwords(T4[u]));
             if (b == 4) {
                 for (int w = 0; w < 2; w++)
                     _mm512_storeu_si512(base + 64 * ((size_t)h * (d / 32) + 2 * c + w),
