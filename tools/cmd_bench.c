@@ -411,6 +411,20 @@ static void write_row(bench *b, const cell *c) {
     fflush(stdout);
 }
 
+/* One md cell per depth: v[i] in fmt where depth i was measured, else empty. */
+static void print_cells(int nd, const int *have, const double *v, const char *fmt) {
+    for (int i = 0; i < nd; i++)
+        if (have[i]) printf(fmt, v[i]);
+        else printf(" |");
+}
+
+/* One md cell per depth: t/s over the f16 control's where both were measured. */
+static void print_ratios(int nd, const int *have, const double *ts, const double *f16_ts) {
+    for (int i = 0; i < nd; i++)
+        if (have[i] && f16_ts[i] > 0) printf(" %.3f |", ts[i] / f16_ts[i]);
+        else printf(" |");
+}
+
 /* The md summary for one (model, threads, n_gen) group of tg cells. */
 static void summarize_group(const bench *b, int model, int threads, int n_gen) {
     const int nd = b->depths.n;
@@ -453,16 +467,8 @@ static void summarize_group(const bench *b, int model, int threads, int n_gen) {
             printf(" %.3f | n/a (one depth) | |", y[0]);
         else
             printf(" | | |");
-        for (int i = 0; i < nd; i++)
-            if (have[i] && f16_ts[i] > 0)
-                printf(" %.3f |", ts[i] / f16_ts[i]);
-            else
-                printf(" |");
-        for (int i = 0; i < nd; i++)
-            if (have[i])
-                printf(" %.2f |", mib[i]);
-            else
-                printf(" |");
+        print_ratios(nd, have, ts, f16_ts);
+        print_cells(nd, have, mib, " %.2f |");
         if (attn_last >= 0)
             printf(" %.1f |\n", 100.0 * attn_last);
         else
@@ -498,16 +504,8 @@ static void summarize_pp_group(const bench *b, int model, int threads, int n_pro
         if (cfg == 0)
             for (int i = 0; i < nd; i++) f16_ts[i] = have[i] ? ts[i] : 0;
         printf("| %s |", b->cfgs[cfg].label);
-        for (int i = 0; i < nd; i++)
-            if (have[i])
-                printf(" %.1f |", ts[i]);
-            else
-                printf(" |");
-        for (int i = 0; i < nd; i++)
-            if (have[i] && f16_ts[i] > 0)
-                printf(" %.3f |", ts[i] / f16_ts[i]);
-            else
-                printf(" |");
+        print_cells(nd, have, ts, " %.1f |");
+        print_ratios(nd, have, ts, f16_ts);
         printf("\n");
     }
 }
