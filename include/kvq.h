@@ -252,6 +252,11 @@ kvq_status kvq_kv_read(const kvq_kv *kv, int layer, int pos, float *k, float *v)
  * centering means; and what the same tokens take as f16 K and V. */
 size_t kvq_kv_bytes_used(const kvq_kv *kv);
 size_t kvq_kv_bytes_f16(const kvq_kv *kv);
+/* Tokens every layer holds as f16 rows rather than in its codecs: the sinks
+ * plus the staging tile (the newest tokens, up to tile_tokens - 1, until
+ * their tile fills). A short cache is mostly these, so its bytes are not
+ * yet the codec's ratio. */
+int kvq_kv_n_f16_tokens(const kvq_kv *kv);
 
 /* Attention of one new query position over everything the layer holds (append
  * the token's k and v first). q: (n_head, head_dim) with n_head a multiple
@@ -542,6 +547,8 @@ kvq_status kvq_ctx_copy_kv(kvq_ctx *dst, const kvq_ctx *src, int n);
 /* Bytes the KV cache holds now, and what an f16 cache would hold. */
 size_t kvq_ctx_kv_bytes(const kvq_ctx *ctx);
 size_t kvq_ctx_kv_bytes_f16(const kvq_ctx *ctx);
+/* kvq_kv_n_f16_tokens of the context's cache. */
+int kvq_ctx_kv_n_f16_tokens(const kvq_ctx *ctx);
 /* The ISA path the context's kernels use. */
 kvq_isa kvq_ctx_isa(const kvq_ctx *ctx);
 /* Wall seconds spent in fused attention (reading the compressed cache) since

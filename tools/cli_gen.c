@@ -139,14 +139,18 @@ int cli_generate(cli_gen *g, const int32_t *prompt, int n_prompt, int n_predict,
 }
 
 void cli_print_stats(const cli_gen *g, const cli_model_opts *o, const cli_gen_stats *st) {
-    char label[160];
+    char label[160], staged[96] = "";
     const double kv = (double)kvq_ctx_kv_bytes(g->ctx), kv16 = (double)kvq_ctx_kv_bytes_f16(g->ctx);
+    /* A short cache is mostly f16 staging: say so, or the ratio reads as the codec's. */
+    const int n_f16 = kvq_ctx_kv_n_f16_tokens(g->ctx), n_past = kvq_ctx_n_past(g->ctx);
+    if (n_f16 > 0 && n_f16 < n_past && kv16 > kv)
+        snprintf(staged, sizeof staged, "; %d of %d tokens still f16 until their tile fills", n_f16, n_past);
     fprintf(stderr,
             "prompt %d tokens %.1f t/s | generation %d tokens %.1f t/s | KV %s: %.2f MiB, f16 would take %.2f MiB "
-            "(%.2fx) | %s\n",
+            "(%.2fx%s) | %s\n",
             st->n_prompt, st->prompt_s > 0 ? st->n_prompt / st->prompt_s : 0.0, st->n_gen,
             st->gen_s > 0 ? st->n_gen / st->gen_s : 0.0, cli_kv_label(o, label, sizeof label), kv / 1048576.0,
-            kv16 / 1048576.0, kv > 0 ? kv16 / kv : 1.0, kvq_isa_name(kvq_ctx_isa(g->ctx)));
+            kv16 / 1048576.0, kv > 0 ? kv16 / kv : 1.0, staged, kvq_isa_name(kvq_ctx_isa(g->ctx)));
     if (st->stopped_ctx)
         fprintf(stderr, "kvq: stopped: the context is full (%d tokens); raise -c\n", kvq_ctx_n_ctx(g->ctx));
 }

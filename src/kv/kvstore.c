@@ -402,6 +402,12 @@ size_t kvq_kv_bytes_used(const kvq_kv *kv) {
     return total;
 }
 
+int kvq_kv_n_f16_tokens(const kvq_kv *kv) {
+    if (!kv) return 0;
+    /* Between evaluations every layer holds the same tokens: layer 0 speaks for all. */
+    return kvq_kv_n_sunk(kv, &kv->layers[0]) + kvq_kv_n_staged(kv, &kv->layers[0]);
+}
+
 size_t kvq_kv_bytes_f16(const kvq_kv *kv) {
     if (!kv) return 0;
     size_t total = 0;

@@ -382,6 +382,7 @@ kvq_isa kvq_ctx_isa(const kvq_ctx *c) { return c ? c->isa : KVQ_ISA_REF; }
 double kvq_ctx_attn_seconds(const kvq_ctx *c) { return c ? c->attn_seconds : 0.0; }
 size_t kvq_ctx_kv_bytes(const kvq_ctx *c) { return c ? kvq_kv_bytes_used(c->kv) : 0; }
 size_t kvq_ctx_kv_bytes_f16(const kvq_ctx *c) { return c ? kvq_kv_bytes_f16(c->kv) : 0; }
+int kvq_ctx_kv_n_f16_tokens(const kvq_ctx *c) { return c ? kvq_kv_n_f16_tokens(c->kv) : 0; }
 
 kvq_status kvq_ctx_copy_kv(kvq_ctx *dst, const kvq_ctx *src, int n) {
     KVQ_RETURN_IF(!dst || !src, KVQ_ERR_INVALID_ARG, "kvq_ctx_copy_kv: NULL context");

@@ -184,6 +184,8 @@ TEST(kvstore_byte_accounting_is_exact) {
             CHECKF(kvq_kv_bytes_used(kv) == want, "%s t=%d: %zu bytes, want %zu", p.ctk, t, kvq_kv_bytes_used(kv),
                    want);
             CHECK(kvq_kv_bytes_f16(kv) == (size_t)p.n_layer * t * H * d * 4);
+            CHECKF(kvq_kv_n_f16_tokens(kv) == (int)(sunk + staged), "%s t=%d: %d f16 tokens, want %zu", p.ctk, t,
+                   kvq_kv_n_f16_tokens(kv), sunk + staged);
         }
         kvq_kv_free(kv);
         free(k);
