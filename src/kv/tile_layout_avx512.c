@@ -246,6 +246,9 @@ KVQ_TARGET_AVX512 void kvq_kv_tile_decode_avx512(const kvq_codec *c, int side, i
     if (c->desc->family == &kvq_family_rot) {
         b = c->desc->param;
         for (int j = 0; j < 16; j++) t[j] = ((const kvq_rot_state *)c->state)->centroid[j];
+    } else if (c->desc->param == KVQ_GGML_Q4_1 || c->desc->param == KVQ_GGML_Q5_0 || c->desc->param == KVQ_GGML_Q5_1) {
+        kvq_kv_tile_decode(c, side, T, tile, y); /* not vectorized: the scalar walk */
+        return;
     } else {
         b = c->desc->param == KVQ_GGML_Q8_0 ? 8 : 0;
         for (int j = 0; j < 16; j++) t[j] = c->desc->param == KVQ_GGML_IQ4_NL ? (float)kvq_iq4nl_values[j] : (float)(j - 8);
