@@ -323,8 +323,16 @@ static void run_task(int task, int worker, void *arg) {
 /* The integer kernel's name for an interleavable codec. */
 static int itile_kind(const kvq_codec *c) {
     if (c->desc->family == &kvq_family_rot) return KVQ_ITILE_ROT2 + ((const kvq_rot_state *)c->state)->bits - 2;
-    return c->desc->param == KVQ_GGML_Q8_0 ? KVQ_ITILE_Q8_0 : c->desc->param == KVQ_GGML_IQ4_NL ? KVQ_ITILE_IQ4_NL
-                                                                                             : KVQ_ITILE_Q4_0;
+    static const int kind[] = {[KVQ_GGML_Q8_0] = KVQ_ITILE_Q8_0, [KVQ_GGML_Q4_0] = KVQ_ITILE_Q4_0,
+                               [KVQ_GGML_Q4_1] = KVQ_ITILE_Q4_1, [KVQ_GGML_Q5_0] = KVQ_ITILE_Q5_0,
+                               [KVQ_GGML_Q5_1] = KVQ_ITILE_Q5_1, [KVQ_GGML_IQ4_NL] = KVQ_ITILE_IQ4_NL};
+    return kind[c->desc->param];
+}
+
+/* The offset K codes of a kind carry (value (c - off) x scale; q4_1 / q5_1
+ * codes are the value's steps above the min, no offset). */
+static int itile_code_off(int kind) {
+    return kind == KVQ_ITILE_Q4_0 ? 8 : kind == KVQ_ITILE_Q5_0 ? 16 : kind == KVQ_ITILE_Q4_1 || kind == KVQ_ITILE_Q5_1 ? 0 : 128;
 }
 
 /* The integer kernel's code table of a kind (kvq_attn_itiles.lut) and the
@@ -461,7 +469,7 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
         else kvq_codec_to_domain(L->codec[0], qr + r * d, qd + r * d);
     }
     for (size_t r = 0; qi && r < (size_t)n_q * n_head; r++)
-        c.kern.qi8(qd + r * d, d, c.k_kind == KVQ_ITILE_Q4_0 ? 8 : 128, c.k_kind >= KVQ_ITILE_ROT2, &qi[r]);
+        c.kern.qi8(qd + r * d, d, itile_code_off(c.k_kind), c.k_kind >= KVQ_ITILE_ROT2, &qi[r]);
     c.qd = qd;
     c.qr = qr;
     c.qi = qi;

@@ -10,7 +10,10 @@
  * 8 bits per (head, block, tile): signed against q4_0's u8 codes (offset
  * corrected), unsigned against q8_0's s8 codes (its scales are >= 0).
  * iq4_nl has q4_0's layout; one vpshufb turns its nibbles into codebook
- * value + 128 (u8), used as q8_0's K codes and as q4_0's V codes.
+ * value + 128 (u8), used as q8_0's K codes and as q4_0's V codes. q4_1,
+ * q5_0 and q5_1 have it too, the q5 kinds' fifth bits merged into the
+ * codes (fifth_bit), q4_1 / q5_1's min m added in float per block (scores)
+ * or per (head, block) (P x V).
  * The rotated codecs' b-bit indices (b = 2, 3, 4) go through the same kind
  * of table, into their centroids rounded to int8 + 128 (kvq_attn_itiles.lut);
  * their one scale per row lets the query take one scale per head and p one
@@ -55,6 +58,7 @@ KVQ_TARGET_AVX512VNNI void kvq_attn_qi8_prepare_avx512(const float *q, int d, in
             sum[1] = _mm512_add_epi32(sum[1], q1);
         }
         out->scale[b] = amax / 127.0f;
+        out->sum[b] = out->scale[b] * (float)_mm512_reduce_add_epi32(sum[0]);
         out->off[0][b] = -code_off * _mm512_reduce_add_epi32(sum[0]);
         out->off[1][b] = -code_off * _mm512_reduce_add_epi32(sum[1]);
         out->off_all += out->off[0][b];
@@ -86,10 +90,33 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i load_line(const uint8_t *
     return _mm512_loadu_si512(base + o);
 }
 
-/* Bytes of a K group of 16 tokens, and of a tile's codes before its scales. */
-static inline size_t k_group_bytes(int q8, int nb) { return (size_t)16 * nb * (q8 ? 34 : 18); }
-static inline size_t k_group_codes(int q8, int nb) { return (size_t)16 * nb * (q8 ? 32 : 16); }
-static inline size_t v_codes(int q8, int nb, int T) { return (size_t)T * nb * (q8 ? 32 : 16); }
+/* The ggml kinds' parts (tile_layout.c): q5_0 / q5_1 store a fifth bit per
+ * code, q4_1 / q5_1 a min m per block (value d c + m, c >= 0, d >= 0). */
+static inline int has_hi(int KIND) { return KIND == KVQ_ITILE_Q5_0 || KIND == KVQ_ITILE_Q5_1; }
+static inline int has_min(int KIND) { return KIND == KVQ_ITILE_Q4_1 || KIND == KVQ_ITILE_Q5_1; }
+/* Bytes per (token, block): codes with their fifth bits, and in all. */
+static inline int bits_bytes(int KIND) { return KIND == KVQ_ITILE_Q8_0 ? 32 : has_hi(KIND) ? 20 : 16; }
+static inline int block_bytes(int KIND) { return bits_bytes(KIND) + 2 + 2 * has_min(KIND); }
+
+/* Bytes of a K group of 16 tokens, and of its codes before its scales
+ * (the fifth bits' vector of block b at 16 nb 16 + 64 b). */
+static inline size_t k_group_bytes(int KIND, int nb) { return (size_t)16 * nb * block_bytes(KIND); }
+static inline size_t k_group_codes(int KIND, int nb) { return (size_t)16 * nb * bits_bytes(KIND); }
+/* Bytes of a V tile's codes (nibbles, then the fifth bits) before its scales. */
+static inline size_t v_codes(int KIND, int nb, int T) { return (size_t)T * nb * bits_bytes(KIND); }
+
+/* v shifted (16-bit lanes) so that bit `from` of each byte lands on bit `to`
+ * (|from - to| <= 4): bits crossing into the next byte land below `to`, so
+ * masking `to` alone never sees them. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i bit_to(__m512i v, int from, int to) {
+    return from > to ? _mm512_srli_epi16(v, (unsigned)(from - to)) : from < to ? _mm512_slli_epi16(v, (unsigned)(to - from)) : v;
+}
+
+/* u8 code c (0..15) with bit 4 from bit `from` of each byte of hi: one
+ * ternlog (C ? A : B per bit, C = 0x10). */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i fifth_bit(__m512i c, __m512i hi, int from) {
+    return _mm512_ternarylogic_epi32(bit_to(hi, from, 4), c, _mm512_set1_epi8(0x10), 0xE4);
+}
 
 static KVQ_ALWAYS_INLINE int32_t ld32(const void *p) {
     int32_t x;
@@ -105,7 +132,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
                                                            float *s) {
     const int KQ8 = KIND == KVQ_ITILE_Q8_0, QP = KQ8 ? 2 : 1, ST = it->NT * T;
     const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? lane_lut(it->lut[0]) : _mm512_setzero_si512();
-    const size_t gb = k_group_bytes(KQ8, nb), gc = k_group_codes(KQ8, nb);
+    const size_t gb = k_group_bytes(KIND, nb), gc = k_group_codes(KIND, nb);
     for (int i = 0; i < it->NT; i++) {
     const uint8_t *kt = it->k[i], *pf = it->k_next[i];
 #pragma GCC unroll 2
@@ -123,12 +150,20 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
                 r[g] = _mm512_set1_epi32(q[g].off[1][b]);
             }
             if (!KQ8) {
+                /* q5: byte 4t + j bit k of the block's fifth-bit vector: dim 4k + j, so
+                 * vector m's low nibbles take bit 2m, its high ones bit 2m + 1. */
+                const __m512i hi = has_hi(KIND) ? load_line(grp, pg, (size_t)16 * nb * 16 + 64 * (size_t)b)
+                                                : _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int m = 0; m < 4; m++) {
                     const size_t o = (size_t)(4 * b + m) * 64;
                     const __m512i z = load_line(grp, pg, o);
                     __m512i c0, c1;
                     nibble_codes(KIND, z, lut, &c0, &c1);
+                    if (has_hi(KIND)) {
+                        c0 = fifth_bit(c0, hi, 2 * m);
+                        c1 = fifth_bit(c1, hi, 2 * m + 1);
+                    }
 #pragma GCC unroll 8
                     for (int g = 0; g < G; g++) {
                         const int8_t *qb = q[g].q[0] + 32 * b + 8 * m;
@@ -150,11 +185,15 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
                 }
             }
             const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + gc + 32 * b)));
+            /* q4_1 / q5_1: + m x (the block's float query sum), m after every block's d */
+            const __m512 mk = has_min(KIND) ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + gc + 32 * (size_t)(nb + b))))
+                                            : _mm512_setzero_ps();
 #pragma GCC unroll 8
             for (int g = 0; g < G; g++) {
                 __m512 x = _mm512_cvtepi32_ps(a[g]);
                 if (QP == 2) x = _mm512_fmadd_ps(_mm512_cvtepi32_ps(r[g]), _mm512_set1_ps(1.0f / 254), x);
                 sc[g] = _mm512_fmadd_ps(x, _mm512_mul_ps(dk, _mm512_set1_ps(q[g].scale[b])), sc[g]);
+                if (has_min(KIND)) sc[g] = _mm512_fmadd_ps(mk, _mm512_set1_ps(q[g].sum[b]), sc[g]);
             }
         }
         if (pg)
@@ -198,24 +237,50 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE int32_t round_p(const float *p, c
     return _mm512_reduce_add_epi32(sum);
 }
 
-/* acc (G, d) += p (G, NT T) x NT interleaved V tiles. */
+/* Softmax weights p (NT T) times the T fp16 values at sc[i] for tile i, summed. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE float p_dot(const float *p, const uint8_t *const sc[2], int NT, int T) {
+    __m512 x = _mm512_setzero_ps();
+    for (int i = 0; i < NT; i++)
+#pragma GCC unroll 2
+        for (int h = 0; h < T; h += 16)
+            x = _mm512_fmadd_ps(_mm512_load_ps(p + i * T + h),
+                                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[i] + 2 * h))), x);
+    return _mm512_reduce_add_ps(x);
+}
+
+/* acc (G, d) += p (G, NT T) x NT interleaved V tiles. q4_1 / q5_1 (value
+ * d c + m = d (c - off) + (m + off d)): p d against the codes as q4_0 (the
+ * codes centred by off = 8 / 16 as q4_0's and q5_0's, so p d's rounding
+ * errors meet values as small as theirs: uncentred codes 0..31 doubled the
+ * worst error of the tests' cases), plus sum p (m + off d) per (head,
+ * block) added to the block's dims in float. */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, int d, int nb, int T,
                                                        const float *p, const kvq_attn_itiles *it, float *acc) {
-    const int VQ8 = KIND == KVQ_ITILE_Q8_0, off = KIND == KVQ_ITILE_IQ4_NL ? 128 : 8, NT = it->NT, ST = NT * T;
+    const int VQ8 = KIND == KVQ_ITILE_Q8_0, NT = it->NT, ST = NT * T;
+    const int off = VQ8 ? 0 : KIND == KVQ_ITILE_IQ4_NL ? 128 : has_hi(KIND) ? 16 : 8;
+    /* p unsigned (one bit more) where the V scales are >= 0: q8_0 against its
+     * s8 codes, q4_1 / q5_1 against their codes 0..31, s8 as well. */
+    const int U8 = VQ8 || has_min(KIND);
+    const size_t scales = v_codes(KIND, nb, T), nib = (size_t)T * nb * 16;
     /* p x V scale of head g, block b, token t of the run, rounded:
      * pq[(g nb + b) ST + t], packed (rows 4 KiB apart would alias the stores
      * they follow). */
     _Alignas(64) int8_t pq[KVQ_ATTN_MAX_G * KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
     float sp[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32];
     int32_t corr[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32];
+    float pm[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32]; /* sum p (m + off d): block b's dims' share of the mins */
 #pragma GCC unroll 8
     for (int g = 0; g < G; g++)
 #pragma GCC unroll 2
         for (int b = 0; b < nb; b++) {
-            const uint8_t *const vs[2] = {it->v[0] + v_codes(VQ8, nb, T) + 2 * (size_t)b * T,
-                                          NT > 1 ? it->v[1] + v_codes(VQ8, nb, T) + 2 * (size_t)b * T : NULL};
-            const int32_t sum = round_p(p + g * ST, vs, NT, T, VQ8, &pq[((size_t)g * nb + b) * ST], &sp[g][b]);
-            corr[g][b] = VQ8 ? 0 : -off * sum;
+            const size_t at = scales + 2 * (size_t)b * T;
+            const uint8_t *const vs[2] = {it->v[0] + at, NT > 1 ? it->v[1] + at : NULL};
+            const int32_t sum = round_p(p + g * ST, vs, NT, T, U8, &pq[((size_t)g * nb + b) * ST], &sp[g][b]);
+            corr[g][b] = -off * sum;
+            if (has_min(KIND)) { /* m after every block's d */
+                const uint8_t *const ms[2] = {vs[0] + 2 * (size_t)nb * T, NT > 1 ? vs[1] + 2 * (size_t)nb * T : NULL};
+                pm[g][b] = p_dot(p + g * ST, ms, NT, T) + (float)off * p_dot(p + g * ST, vs, NT, T);
+            }
         }
     /* Blocks per pass over the tile: 2 BB accumulators per head stay in registers. */
     const int BB = G == 1 ? 8 : G == 2 ? 4 : G <= 4 ? 2 : 1;
@@ -240,11 +305,23 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
                     const __m512i z = load_line(vt, pf, o);
                     __m512i c0, c1;
                     nibble_codes(KIND, z, lut, &c0, &c1);
+                    if (has_hi(KIND)) {
+                        /* Per 16 tokens, byte 4l + i bit 2 (j % 4) + h: dim 16h + l of token 4j + i
+                         * (one vector for 4 quads: prefetched with the first). */
+                        const __m512i hi = load_line(vt, j % 4 ? NULL : pf, nib + 64 * ((size_t)(j / 4) * nb + b));
+                        c0 = fifth_bit(c0, hi, 2 * (j % 4));
+                        c1 = fifth_bit(c1, hi, 2 * (j % 4) + 1);
+                    }
 #pragma GCC unroll 8
                     for (int g = 0; g < G; g++) {
                         const __m512i pb = _mm512_set1_epi32(ld32(&pqi[((size_t)g * nb + b) * ST + 4 * j]));
-                        a[g][2 * kb] = _mm512_dpbusd_epi32(a[g][2 * kb], c0, pb);
-                        a[g][2 * kb + 1] = _mm512_dpbusd_epi32(a[g][2 * kb + 1], c1, pb);
+                        if (U8) { /* p is the unsigned operand */
+                            a[g][2 * kb] = _mm512_dpbusd_epi32(a[g][2 * kb], pb, c0);
+                            a[g][2 * kb + 1] = _mm512_dpbusd_epi32(a[g][2 * kb + 1], pb, c1);
+                        } else {
+                            a[g][2 * kb] = _mm512_dpbusd_epi32(a[g][2 * kb], c0, pb);
+                            a[g][2 * kb + 1] = _mm512_dpbusd_epi32(a[g][2 * kb + 1], c1, pb);
+                        }
                     }
                 } else {
 #pragma GCC unroll 2
@@ -267,13 +344,14 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
                 const int b = b0 + k / 2;
                 if (b >= nb) break;
                 float *dst = acc + (size_t)g * d + 32 * b + 16 * (k % 2);
-                _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][k]), _mm512_set1_ps(sp[g][b]),
-                                                      _mm512_loadu_ps(dst)));
+                __m512 base = _mm512_loadu_ps(dst);
+                if (has_min(KIND)) base = _mm512_add_ps(base, _mm512_set1_ps(pm[g][b]));
+                _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][k]), _mm512_set1_ps(sp[g][b]), base));
             }
     }
     for (int i = 0; i < NT; i++)
         if (it->v_next[i])
-            for (size_t o = v_codes(VQ8, nb, T); o < v_codes(VQ8, nb, T) + 2 * (size_t)nb * T; o += 64)
+            for (size_t o = scales; o < scales + 2 * (size_t)nb * T * (1 + has_min(KIND)); o += 64)
                 _mm_prefetch((const char *)it->v_next[i] + o, _MM_HINT_T0);
 }
 
@@ -295,8 +373,8 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot_codes(const int b, in
         x = _mm512_and_si512(k ? _mm512_srli_epi16(lo, 2 * k) : lo, _mm512_set1_epi8(0x03));
     } else {
         const __m512i l2 = k % 4 ? _mm512_srli_epi16(lo, 2 * (k % 4)) : lo;
-        const __m512i h = hi_bit >= 2 ? _mm512_srli_epi16(hi, hi_bit - 2) : _mm512_slli_epi16(hi, 2 - hi_bit);
-        x = _mm512_ternarylogic_epi32(l2, _mm512_and_si512(h, _mm512_set1_epi8(0x04)), _mm512_set1_epi8(0x03), 0xE4);
+        x = _mm512_ternarylogic_epi32(l2, _mm512_and_si512(bit_to(hi, hi_bit, 2), _mm512_set1_epi8(0x04)),
+                                      _mm512_set1_epi8(0x03), 0xE4);
     }
     return _mm512_shuffle_epi8(lut, x);
 }
@@ -477,19 +555,24 @@ VNNI_FNS(2)
 VNNI_FNS(3)
 VNNI_FNS(4)
 VNNI_FNS(5)
+VNNI_FNS(6)
+VNNI_FNS(7)
+VNNI_FNS(8)
 #define VNNI_ROW(F, KIND) {F##_##KIND##_1, F##_##KIND##_2, F##_##KIND##_3, F##_##KIND##_4, \
                            F##_##KIND##_5, F##_##KIND##_6, F##_##KIND##_7, F##_##KIND##_8}
 
 KVQ_TARGET_AVX512VNNI void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_attn_qi8 *q,
                                                 const kvq_attn_itiles *t, float *m, float *l, float *acc) {
-    _Static_assert(KVQ_ITILE_Q4_0 == 0 && KVQ_ITILE_Q8_0 == 1 && KVQ_ITILE_IQ4_NL == 2 && KVQ_ITILE_ROT2 == 3 &&
-                       KVQ_ITILE_ROT3 == 4 && KVQ_ITILE_ROT4 == 5 && KVQ_ITILE_COUNT == 6,
+    _Static_assert(KVQ_ITILE_Q4_0 == 0 && KVQ_ITILE_Q8_0 == 1 && KVQ_ITILE_IQ4_NL == 2 && KVQ_ITILE_Q4_1 == 3 &&
+                       KVQ_ITILE_Q5_0 == 4 && KVQ_ITILE_Q5_1 == 5 && KVQ_ITILE_ROT2 == 6 && KVQ_ITILE_ROT3 == 7 &&
+                       KVQ_ITILE_ROT4 == 8 && KVQ_ITILE_COUNT == 9,
                    "table order");
     static const scores_fn score_table[KVQ_ITILE_COUNT][KVQ_ATTN_MAX_G] = {
-        VNNI_ROW(scores, 0), VNNI_ROW(scores, 1), VNNI_ROW(scores, 2),
-        VNNI_ROW(scores, 3), VNNI_ROW(scores, 4), VNNI_ROW(scores, 5)};
-    static const pv_fn pv_table[KVQ_ITILE_COUNT][KVQ_ATTN_MAX_G] = {VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2),
-                                                                    VNNI_ROW(pv, 3), VNNI_ROW(pv, 4), VNNI_ROW(pv, 5)};
+        VNNI_ROW(scores, 0), VNNI_ROW(scores, 1), VNNI_ROW(scores, 2), VNNI_ROW(scores, 3), VNNI_ROW(scores, 4),
+        VNNI_ROW(scores, 5), VNNI_ROW(scores, 6), VNNI_ROW(scores, 7), VNNI_ROW(scores, 8)};
+    static const pv_fn pv_table[KVQ_ITILE_COUNT][KVQ_ATTN_MAX_G] = {
+        VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2), VNNI_ROW(pv, 3), VNNI_ROW(pv, 4),
+        VNNI_ROW(pv, 5), VNNI_ROW(pv, 6), VNNI_ROW(pv, 7), VNNI_ROW(pv, 8)};
     _Alignas(64) float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE]; /* (G, NT T) */
     score_table[t->k_kind][G - 1](d, t->T, n, q, t, s);
     softmax_update(G, d, t->NT * t->T, s, m, l, acc);

@@ -55,7 +55,8 @@ static inline int kvq_kv_n_staged(const kvq_kv *kv, const kvq_kv_layer *L) {
     return L->n_tokens - kvq_kv_n_sunk(kv, L) - L->n_tiles * kv->p.tile_tokens;
 }
 
-/* 1 if tiles of this codec can take the interleaved layout (q4_0, q8_0). */
+/* 1 if tiles of this codec can take the interleaved layout (the ggml
+ * codecs; the rotated ones at head_dim a multiple of 32 (4 bits) or 64). */
 int kvq_kv_interleavable(const kvq_codec *c);
 /* T ggml rows (T a multiple of 16) -> one interleaved tile of side 0 (K) or
  * 1 (V), and row r of such a tile back to its ggml bytes (bit-exact). */

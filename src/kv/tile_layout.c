@@ -1,5 +1,6 @@
-/* tile_layout.c — the interleaved tile layouts of q4_0, iq4_nl (q4_0's),
- * q8_0 and the rotated codecs' b-bit indices (layout and reasons:
+/* tile_layout.c — the interleaved tile layouts of q4_0 (and iq4_nl, q4_1,
+ * q5_0, q5_1 in its arrangement), q8_0 and the rotated codecs' b-bit
+ * indices (layout and reasons:
  * docs/ATTN_PROTO.md). The bytes of a tile are exactly its T rows' bytes,
  * moved so that the VNNI attention kernel (decode_vnni.c) reads 64-byte
  * vectors whose lanes are tokens (K) or dims (V):
@@ -9,13 +10,23 @@
  *         | code(t, 32b + 8m + 4 + j) << 4 (u8 codes 0..15, value d (c - 8));
  *   q8_0: codes at 64 (8b + m), m = 0..7: byte 4t + j = code(t, 32b + 4m + j)
  *         ^ 0x80 (u8 = s8 code + 128);
- *   then 16 fp16 block scales per block, token order.
+ *   q5_0, q5_1: also, after all codes, one vector per block b at
+ *         16 NB 16 + 64 b (NB blocks): byte 4t + j bit k = bit 4 of
+ *         code(t, 32b + 4k + j) (codes 0..31: value d (c - 16), d c + m);
+ *   then 16 fp16 block scales d per block, token order (at 16 NB CB + 32 b,
+ *   CB the bytes of codes and fifth bits per (token, block): 32 q8_0, 20
+ *   q5, else 16); q4_1, q5_1 (value d c + m): then the 16 m per block
+ *   likewise (at 16 NB CB + 32 (NB + b)).
  * V, per quad of 4 tokens j:
  *   q4_0: block b at 64 (j NB + b): byte 4l + i = code(4j + i, 32b + l)
  *         | code(4j + i, 32b + 16 + l) << 4, l = 0..15;
  *   q8_0: dims 16c.. at 64 (j 2NB + c): byte 4l + i = code(4j + i, 16c + l)
  *         (plain s8: the kernel's p is the unsigned operand);
- *   then the fp16 scales, T per block, token order.
+ *   q5_0, q5_1: after all codes, per 16 tokens o and block b, at
+ *         T NB 16 + 64 (o NB + b): byte 4l + i bit 2k + h = bit 4 of
+ *         code(16o + 4k + i, 32b + 16h + l);
+ *   then the fp16 scales d, T per block, token order (at T NB CB); q4_1,
+ *   q5_1: then the m likewise (at T NB CB + 2 T NB).
  * Rotated codecs (index k(t, i) of b bits, one fp16 scale per row): the same
  * lanes, the bits of one byte spread over dims (rot_walk below):
  *   K, per group of 16 tokens: b = 4 as q4_0 (vector m = i / 8); b = 2:
@@ -47,8 +58,7 @@ int kvq_kv_interleavable(const kvq_codec *c) {
     if (!c || c->qjl) return 0;
     /* b = 2 and 3 pack 64 dims per V vector (rot_walk). */
     if (c->desc->family == &kvq_family_rot) return c->head_dim % (c->desc->param == 4 ? 32 : 64) == 0;
-    return c->desc->family == &kvq_family_ggml &&
-           (c->desc->param == KVQ_GGML_Q4_0 || c->desc->param == KVQ_GGML_Q8_0 || c->desc->param == KVQ_GGML_IQ4_NL);
+    return c->desc->family == &kvq_family_ggml; /* every kind: head_dim is a multiple of 32 */
 }
 
 /* ------------------------------------------------------- rotated codecs */
@@ -218,70 +228,105 @@ static void rot_decode(const kvq_codec *c, int side, int T, const uint8_t *tile,
     }
 }
 
+/* Bytes per (token, 32-dim block) of a ggml kind's parts in a tile: codes
+ * (q8_0's bytes, else nibbles), the q5 kinds' fifth bits, the fp16 d (and
+ * m of q4_1 / q5_1); they add up to the block's bytes. */
+static inline int is_q8(int kind) { return kind == KVQ_GGML_Q8_0; }
+static inline int has_hi(int kind) { return kind == KVQ_GGML_Q5_0 || kind == KVQ_GGML_Q5_1; }
+static inline int has_min(int kind) { return kind == KVQ_GGML_Q4_1 || kind == KVQ_GGML_Q5_1; }
+static inline int code_bytes(int kind) { return is_q8(kind) ? 32 : 16; }
+static inline int bits_bytes(int kind) { return code_bytes(kind) + (has_hi(kind) ? 4 : 0); } /* codes + fifth bits */
+
+/* Where the parts sit in a row's block of bb bytes (ggml_blocks.c): d at 0,
+ * m at 2, qh before the 16 nibble bytes, the codes last. */
+static inline const uint8_t *row_codes(int kind, const uint8_t *blk, int bb) { return blk + bb - code_bytes(kind); }
+static inline size_t row_qh(int bb) { return (size_t)bb - 20; }
+static inline uint32_t row_qh_bits(const uint8_t *blk, int bb) { /* bit e: value e (little-endian, as ggml) */
+    uint32_t x;
+    memcpy(&x, blk + row_qh(bb), 4);
+    return x;
+}
+
 typedef struct place {
     size_t byte;
-    int shift; /* q4_0: 0 low nibble, 4 high; q8_0: 0 */
+    int shift; /* nibbles: 0 low, 4 high; q8_0: 0; fifth bits: the bit */
 } place;
 
-/* Where value i of row r of a tile of T rows lives (side 0 K, 1 V). */
-static inline place code_place(int q8, int side, int T, int nb, int r, int i) {
-    const int b = i / 32, e = i % 32;
+/* Where value i of row r of a tile of T rows lives (side 0 K, 1 V): its
+ * code (hi = 0: q8_0's byte or the nibble) or its fifth bit (hi = 1). */
+static inline place code_place(int kind, int side, int T, int nb, int r, int i, int hi) {
+    const int b = i / 32, e = i % 32, q8 = is_q8(kind);
     if (side == 0) {
-        const size_t grp = (size_t)(r / 16) * 16 * (size_t)nb * (q8 ? 34 : 18);
+        const size_t grp = (size_t)(r / 16) * 16 * nb * kvq_ggml_block_bytes(kind);
         const int t = r % 16;
+        if (hi) return (place){grp + 16 * (size_t)nb * code_bytes(kind) + 64 * (size_t)b + 4 * t + e % 4, e / 4};
         if (q8) return (place){grp + 64 * (size_t)(8 * b + e / 4) + 4 * t + e % 4, 0};
         return (place){grp + 64 * (size_t)(4 * b + e / 8) + 4 * t + e % 4, e % 8 >= 4 ? 4 : 0};
     }
     const int j = r / 4, ti = r % 4;
+    if (hi)
+        return (place){(size_t)T * nb * code_bytes(kind) + 64 * ((size_t)(r / 16) * nb + b) + 4 * (e % 16) + ti,
+                       2 * (j % 4) + e / 16};
     if (q8) return (place){64 * ((size_t)j * 2 * nb + i / 16) + 4 * (i % 16) + ti, 0};
     return (place){64 * ((size_t)j * nb + b) + 4 * (e % 16) + ti, e >= 16 ? 4 : 0};
 }
 
-/* Where the fp16 scale of block b of row r lives. */
-static inline size_t scale_place(int q8, int side, int T, int nb, int r, int b) {
+/* Where the fp16 d (min = 0) or m (min = 1) of block b of row r lives. */
+static inline size_t scale_place(int kind, int side, int T, int nb, int r, int b, int min) {
     if (side == 0) {
-        const size_t grp = (size_t)(r / 16) * 16 * (size_t)nb * (q8 ? 34 : 18);
-        return grp + 16 * (size_t)nb * (q8 ? 32 : 16) + 32 * (size_t)b + 2 * (size_t)(r % 16);
+        const size_t grp = (size_t)(r / 16) * 16 * nb * kvq_ggml_block_bytes(kind);
+        return grp + 16 * (size_t)nb * bits_bytes(kind) + 32 * ((size_t)min * nb + b) + 2 * (size_t)(r % 16);
     }
-    return (size_t)T * nb * (q8 ? 32 : 16) + 2 * ((size_t)b * T + r);
+    return (size_t)T * nb * bits_bytes(kind) + 2 * (((size_t)min * nb + b) * T + r);
 }
 
-/* The nibble code of value e (0..31) of a q4_0 / iq4_nl block's 16 code bytes. */
+/* The nibble code of value e (0..31) of a block's 16 code bytes. */
 static inline uint8_t nibble(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
 
-/* Writes every byte of the tile (codes and scales cover it exactly). Direct
- * loops rather than code_place: it runs on every flush. */
+/* Writes every byte of the tile (codes, fifth bits and scales cover it
+ * exactly). Direct loops rather than code_place: it runs on every flush. */
 void kvq_kv_tile_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile) {
     if (rot_bits(c)) {
         rot_pack(c, side, T, rows, tile);
         return;
     }
-    const int q8 = c->desc->param == KVQ_GGML_Q8_0, nb = c->head_dim / 32, bb = q8 ? 34 : 18;
+    const int kind = c->desc->param, q8 = is_q8(kind), nb = c->head_dim / 32, bb = (int)kvq_ggml_block_bytes(kind);
+    const int cb = code_bytes(kind);
     if (side == 0) {
-        const size_t gb = (size_t)16 * nb * bb, gc = (size_t)16 * nb * (q8 ? 32 : 16);
+        const size_t gb = (size_t)16 * nb * bb, gc = (size_t)16 * nb * cb;
         for (int r = 0; r < T; r++) {
             const uint8_t *row = rows + (size_t)r * c->row_bytes;
             uint8_t *grp = tile + (size_t)(r / 16) * gb;
             const int t = r % 16;
             for (int b = 0; b < nb; b++) {
-                const uint8_t *blk = row + bb * b, *qs = blk + 2;
-                memcpy(grp + gc + 32 * b + 2 * t, blk, 2);
+                const uint8_t *blk = row + bb * b, *qs = row_codes(kind, blk, bb);
+                for (int w = 0; w <= has_min(kind); w++)
+                    memcpy(tile + scale_place(kind, 0, T, nb, r, b, w), blk + 2 * w, 2);
                 for (int m = 0; m < (q8 ? 8 : 4); m++)
                     for (int j = 0; j < 4; j++)
                         grp[64 * (size_t)((q8 ? 8 : 4) * b + m) + 4 * t + j] =
                             q8 ? (uint8_t)(qs[4 * m + j] ^ 0x80)
                                : (uint8_t)(nibble(qs, 8 * m + j) | nibble(qs, 8 * m + 4 + j) << 4);
+                if (has_hi(kind)) { /* byte j bit k: value 4k + j */
+                    const uint32_t qh = row_qh_bits(blk, bb);
+                    for (int j = 0; j < 4; j++) {
+                        unsigned x = 0;
+                        for (int k = 0; k < 8; k++) x |= ((qh >> (4 * k + j)) & 1) << k;
+                        grp[gc + 64 * (size_t)b + 4 * t + j] = (uint8_t)x;
+                    }
+                }
             }
         }
         return;
     }
-    uint8_t *scales = tile + (size_t)T * nb * (q8 ? 32 : 16);
+    uint8_t *his = tile + (size_t)T * nb * cb; /* the fifth bits: 4 rows of a group share each byte */
+    if (has_hi(kind)) memset(his, 0, (size_t)T * nb * 4);
     for (int r = 0; r < T; r++) {
         const uint8_t *row = rows + (size_t)r * c->row_bytes;
         const int j = r / 4, i = r % 4;
         for (int b = 0; b < nb; b++) {
-            const uint8_t *blk = row + bb * b, *qs = blk + 2;
-            memcpy(scales + 2 * ((size_t)b * T + r), blk, 2);
+            const uint8_t *blk = row + bb * b, *qs = row_codes(kind, blk, bb);
+            for (int w = 0; w <= has_min(kind); w++) memcpy(tile + scale_place(kind, 1, T, nb, r, b, w), blk + 2 * w, 2);
             for (int l = 0; l < 16; l++) {
                 if (q8) {
                     tile[64 * ((size_t)j * 2 * nb + 2 * b) + 4 * l + i] = qs[l];
@@ -289,6 +334,12 @@ void kvq_kv_tile_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, 
                 } else {
                     tile[64 * ((size_t)j * nb + b) + 4 * l + i] = qs[l]; /* lo: value l, hi: value 16 + l */
                 }
+            }
+            if (has_hi(kind)) { /* byte 4l + i bit 2(j % 4) + h: value 16h + l */
+                const uint32_t qh = row_qh_bits(blk, bb);
+                uint8_t *hv = his + 64 * ((size_t)(r / 16) * nb + b) + i;
+                for (int l = 0; l < 16; l++)
+                    hv[4 * l] |= (uint8_t)(((qh >> l) & 1) << 2 * (j % 4) | ((qh >> (16 + l)) & 1) << (2 * (j % 4) + 1));
             }
         }
     }
@@ -299,17 +350,23 @@ void kvq_kv_tile_unpack_row(const kvq_codec *c, int side, int T, const uint8_t *
         rot_unpack_row(c, side, T, tile, r, row);
         return;
     }
-    const int q8 = c->desc->param == KVQ_GGML_Q8_0, nb = c->head_dim / 32, bb = q8 ? 34 : 18;
+    const int kind = c->desc->param, q8 = is_q8(kind), nb = c->head_dim / 32, bb = (int)kvq_ggml_block_bytes(kind);
     memset(row, 0, c->row_bytes);
-    for (int b = 0; b < nb; b++) memcpy(row + bb * b, tile + scale_place(q8, side, T, nb, r, b), 2);
+    for (int b = 0; b < nb; b++)
+        for (int w = 0; w <= has_min(kind); w++) memcpy(row + bb * b + 2 * w, tile + scale_place(kind, side, T, nb, r, b, w), 2);
     for (int i = 0; i < c->head_dim; i++) {
-        const place p = code_place(q8, side, T, nb, r, i);
+        const place p = code_place(kind, side, T, nb, r, i, 0);
         const int b = i / 32, e = i % 32;
+        uint8_t *qs = row + bb * b + bb - code_bytes(kind);
         if (q8) {
-            row[bb * b + 2 + e] = (uint8_t)(tile[p.byte] ^ (side == 0 ? 0x80 : 0));
+            qs[e] = (uint8_t)(tile[p.byte] ^ (side == 0 ? 0x80 : 0));
         } else {
             const uint8_t code = (tile[p.byte] >> p.shift) & 15;
-            row[bb * b + 2 + e % 16] |= (uint8_t)(e < 16 ? code : code << 4);
+            qs[e % 16] |= (uint8_t)(e < 16 ? code : code << 4);
+        }
+        if (has_hi(kind)) {
+            const place h = code_place(kind, side, T, nb, r, i, 1);
+            row[bb * b + row_qh(bb) + e / 8] |= (uint8_t)(((tile[h.byte] >> h.shift) & 1) << e % 8);
         }
     }
 }
@@ -323,55 +380,65 @@ void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *til
     for (int r = 0; r < T; r++) kvq_kv_tile_unpack_row(c, side, T, tile, r, rows + (size_t)r * c->row_bytes);
 }
 
-/* Value of code u (as the layout stores it) times d, as the codec's row
- * decode computes it (bit-exact: the same one product). */
-static inline float value(int kind, int side, uint8_t u, float d) {
-    if (kind == KVQ_GGML_Q8_0) return (int8_t)(side == 0 ? u ^ 0x80 : u) * d;
-    if (kind == KVQ_GGML_IQ4_NL) return d * kvq_iq4nl_values[u];
-    return (u - 8) * d;
+/* Value of code u (as the layout stores it, with its fifth bit) for scales
+ * d, m, as the codec's row decode computes it (bit-exact: the same
+ * operations in the same order). */
+static inline float value(int kind, int side, unsigned u, float d, float m) {
+    switch (kind) {
+    case KVQ_GGML_Q8_0: return (int8_t)(side == 0 ? u ^ 0x80 : u) * d;
+    case KVQ_GGML_IQ4_NL: return d * kvq_iq4nl_values[u];
+    case KVQ_GGML_Q4_1:
+    case KVQ_GGML_Q5_1: return (float)u * d + m;
+    case KVQ_GGML_Q5_0: return ((int)u - 16) * d;
+    default: return ((int)u - 8) * d;
+    }
 }
 
 /* The body of kvq_kv_tile_decode for the ggml kinds, kind and side constant
  * at each call. */
 static KVQ_ALWAYS_INLINE void ggml_decode(const kvq_codec *c, const int kind, const int side, int T,
                                           const uint8_t *tile, float *y) {
-    const int q8 = kind == KVQ_GGML_Q8_0, nb = c->head_dim / 32, d = c->head_dim;
+    const int q8 = is_q8(kind), hb = has_hi(kind), nb = c->head_dim / 32, d = c->head_dim;
     if (side == 0) {
-        const size_t gb = (size_t)16 * nb * (q8 ? 34 : 18), gc = (size_t)16 * nb * (q8 ? 32 : 16);
+        const size_t gb = (size_t)16 * nb * kvq_ggml_block_bytes(kind), gc = (size_t)16 * nb * code_bytes(kind);
         for (int r = 0; r < T; r++) {
             const uint8_t *grp = tile + (size_t)(r / 16) * gb;
             const int t = r % 16;
             float *yr = y + (size_t)r * d;
             for (int b = 0; b < nb; b++) {
-                const float s = kvq_f16_to_f32(kvq_load_u16(grp + gc + 32 * b + 2 * t));
+                const float s = kvq_f16_to_f32(kvq_load_u16(tile + scale_place(kind, 0, T, nb, r, b, 0)));
+                const float mn = has_min(kind) ? kvq_f16_to_f32(kvq_load_u16(tile + scale_place(kind, 0, T, nb, r, b, 1))) : 0;
                 for (int m = 0; m < (q8 ? 8 : 4); m++)
                     for (int j = 0; j < 4; j++) {
                         const uint8_t u = grp[64 * (size_t)((q8 ? 8 : 4) * b + m) + 4 * t + j];
                         if (q8) {
-                            yr[32 * b + 4 * m + j] = value(kind, 0, u, s);
+                            yr[32 * b + 4 * m + j] = value(kind, 0, u, s, mn);
                         } else {
-                            yr[32 * b + 8 * m + j] = value(kind, 0, u & 15, s);
-                            yr[32 * b + 8 * m + 4 + j] = value(kind, 0, u >> 4, s);
+                            const unsigned h = hb ? grp[gc + 64 * (size_t)b + 4 * t + j] >> 2 * m : 0;
+                            yr[32 * b + 8 * m + j] = value(kind, 0, (u & 15) | (h & 1) << 4, s, mn);
+                            yr[32 * b + 8 * m + 4 + j] = value(kind, 0, (u >> 4) | (h & 2) << 3, s, mn);
                         }
                     }
             }
         }
         return;
     }
-    const uint8_t *scales = tile + (size_t)T * nb * (q8 ? 32 : 16);
+    const uint8_t *his = tile + (size_t)T * nb * code_bytes(kind);
     for (int r = 0; r < T; r++) {
         const int j = r / 4, i = r % 4;
         float *yr = y + (size_t)r * d;
         for (int b = 0; b < nb; b++) {
-            const float s = kvq_f16_to_f32(kvq_load_u16(scales + 2 * ((size_t)b * T + r)));
+            const float s = kvq_f16_to_f32(kvq_load_u16(tile + scale_place(kind, 1, T, nb, r, b, 0)));
+            const float mn = has_min(kind) ? kvq_f16_to_f32(kvq_load_u16(tile + scale_place(kind, 1, T, nb, r, b, 1))) : 0;
             for (int l = 0; l < 16; l++) {
                 if (q8) {
-                    yr[32 * b + l] = value(kind, 1, tile[64 * ((size_t)j * 2 * nb + 2 * b) + 4 * l + i], s);
-                    yr[32 * b + 16 + l] = value(kind, 1, tile[64 * ((size_t)j * 2 * nb + 2 * b + 1) + 4 * l + i], s);
+                    yr[32 * b + l] = value(kind, 1, tile[64 * ((size_t)j * 2 * nb + 2 * b) + 4 * l + i], s, mn);
+                    yr[32 * b + 16 + l] = value(kind, 1, tile[64 * ((size_t)j * 2 * nb + 2 * b + 1) + 4 * l + i], s, mn);
                 } else {
                     const uint8_t u = tile[64 * ((size_t)j * nb + b) + 4 * l + i];
-                    yr[32 * b + l] = value(kind, 1, u & 15, s);
-                    yr[32 * b + 16 + l] = value(kind, 1, u >> 4, s);
+                    const unsigned h = hb ? his[64 * ((size_t)(r / 16) * nb + b) + 4 * l + i] >> 2 * (j % 4) : 0;
+                    yr[32 * b + l] = value(kind, 1, (u & 15) | (h & 1) << 4, s, mn);
+                    yr[32 * b + 16 + l] = value(kind, 1, (u >> 4) | (h & 2) << 3, s, mn);
                 }
             }
         }
@@ -388,6 +455,9 @@ void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile
     switch (c->desc->param) {
     case KVQ_GGML_Q8_0: GGML_DECODE_SIDES(KVQ_GGML_Q8_0); break;
     case KVQ_GGML_IQ4_NL: GGML_DECODE_SIDES(KVQ_GGML_IQ4_NL); break;
+    case KVQ_GGML_Q4_1: GGML_DECODE_SIDES(KVQ_GGML_Q4_1); break;
+    case KVQ_GGML_Q5_0: GGML_DECODE_SIDES(KVQ_GGML_Q5_0); break;
+    case KVQ_GGML_Q5_1: GGML_DECODE_SIDES(KVQ_GGML_Q5_1); break;
     default: GGML_DECODE_SIDES(KVQ_GGML_Q4_0); break;
     }
 #undef GGML_DECODE_SIDES

@@ -10,7 +10,9 @@
  *      four vectors (within 128-bit lanes) gives per token its four dwords,
  *      which hold 16 codes to sort (nibbles, 2-bit fields, high bits);
  *   V: a vector's dword lane l holds byte l of 4 tokens; one vpshufb and one
- *      dword permutation give per token its 16 bytes, l in order. */
+ *      dword permutation give per token its 16 bytes, l in order.
+ * q4_1, q5_0 and q5_1 (emit_lin: code x d + m computed, not looked up) add
+ * their fifth bits to the nibbles in those same lanes. */
 #include <string.h>
 
 #include "codec/ggml_blocks.h"
@@ -48,17 +50,21 @@ static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE __m512i quad_tokens(const uint8_t *p)
     return transpose_dwords(transpose_bytes(_mm512_loadu_si512(p)));
 }
 
+/* 128-bit lane L of v. */
+static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE __m128i lane(__m512i v, int L) {
+    switch (L) { /* the lane index must be a constant */
+    case 0: return _mm512_castsi512_si128(v);
+    case 1: return _mm512_extracti32x4_epi32(v, 1);
+    case 2: return _mm512_extracti32x4_epi32(v, 2);
+    default: return _mm512_extracti32x4_epi32(v, 3);
+    }
+}
+
 /* 16 codes (lane L of v) -> y[0..15] = value(code) x s: q8 codes are s8
  * (flip: stored as u8 = s8 + 128), others index the 16 floats tab. */
 static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void emit(const int q8, const int flip, __m512i v, int L, __m512 tab,
                                                       float s, float *y) {
-    __m128i x;
-    switch (L) { /* the lane index must be a constant */
-    case 0: x = _mm512_castsi512_si128(v); break;
-    case 1: x = _mm512_extracti32x4_epi32(v, 1); break;
-    case 2: x = _mm512_extracti32x4_epi32(v, 2); break;
-    default: x = _mm512_extracti32x4_epi32(v, 3); break;
-    }
+    __m128i x = lane(v, L);
     __m512 f;
     if (q8) {
         if (flip) x = _mm_xor_si128(x, _mm_set1_epi8((char)0x80));
@@ -67,6 +73,16 @@ static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void emit(const int q8, const int fli
         f = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(x), tab);
     }
     _mm512_storeu_ps(y, _mm512_mul_ps(f, _mm512_set1_ps(s)));
+}
+
+/* 16 u8 codes (lane L of v) of q4_1, q5_0 or q5_1 -> y[0..15] = (code -
+ * off) x s, + mn where min: the operations of their row decode. */
+static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void emit_lin(const int off, const int min, __m512i v, int L, float s,
+                                                          float mn, float *y) {
+    const __m512i c = _mm512_sub_epi32(_mm512_cvtepu8_epi32(lane(v, L)), _mm512_set1_epi32(off));
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(c), _mm512_set1_ps(s));
+    if (min) f = _mm512_add_ps(f, _mm512_set1_ps(mn));
+    _mm512_storeu_ps(y, f);
 }
 
 /* Every lane of the four transposed vectors o (token 4L + k of 16 at y,
@@ -150,6 +166,77 @@ static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void k_group(const int b, const uint8
 /* The 16 fp16 scales at p (stride 2 bytes) as floats. */
 static void scales16(const uint8_t *p, float sc[16]) {
     for (int t = 0; t < 16; t++) sc[t] = kvq_f16_to_f32(kvq_load_u16(p + 2 * t));
+}
+
+/* q4_1 / q5_0 / q5_1 tiles (off: q5_0's 16; five: the fifth bits; min: the
+ * m after the d). K: q4_0's nibbles as k_group sorts them, per token 16
+ * dims a lane in dwords of 4; the fifth bits' dword of token 4L + k (byte
+ * j bit k': dim 4k' + j) broadcast to its lane, dword p shifted by p (dims
+ * 4p..) or 4 + p (dims 16 + 4p..) puts each byte's bit on bit 0. */
+static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void decode_k_lin(const int five, const int off, const int min,
+                                                              const kvq_codec *codec, int T, const uint8_t *tile,
+                                                              float *y) {
+    const int d = codec->head_dim, nb = d / 32, cb = five ? 20 : 16;
+    const size_t gb = (size_t)16 * nb * (cb + 2 + 2 * min), gc = (size_t)16 * nb * cb;
+    const __m512i quads = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m512i shift[2] = {_mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3),
+                              _mm512_setr_epi32(4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7)};
+    for (int g = 0; g < T / 16; g++) {
+        const uint8_t *grp = tile + g * gb;
+        for (int blk = 0; blk < nb; blk++) {
+            float sc[16], mc[16] = {0};
+            scales16(grp + gc + 32 * blk, sc);
+            if (min) scales16(grp + gc + 32 * (size_t)(nb + blk), mc);
+            const __m512i *v = (const __m512i *)(const void *)(grp + 64 * (size_t)(4 * blk));
+            __m512i o[4];
+            transpose4(_mm512_loadu_si512(v), _mm512_loadu_si512(v + 1), _mm512_loadu_si512(v + 2),
+                       _mm512_loadu_si512(v + 3), o);
+            const __m512i hv = five ? _mm512_loadu_si512(grp + 256 * (size_t)nb + 64 * (size_t)blk) : _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                const __m512i l = bytes_srl(o[k], 0, 15), h = bytes_srl(o[k], 4, 15);
+                __m512i x[2] = {_mm512_unpacklo_epi32(l, h), _mm512_unpackhi_epi32(l, h)}; /* dims 0.., 16.. */
+                if (five) {
+                    const __m512i f = _mm512_permutexvar_epi32(_mm512_add_epi32(quads, _mm512_set1_epi32(k)), hv);
+                    for (int u = 0; u < 2; u++)
+                        x[u] = _mm512_or_si512(x[u], _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(f, shift[u]),
+                                                                                        _mm512_set1_epi8(1)), 4));
+                }
+                for (int u = 0; u < 2; u++)
+                    for (int L = 0; L < 4; L++)
+                        emit_lin(off, min, x[u], L, sc[4 * L + k], mc[4 * L + k],
+                                 y + (size_t)(16 * g + 4 * L + k) * d + 32 * blk + 16 * u);
+            }
+        }
+    }
+}
+
+/* V: q4_0's nibbles through quad_tokens; the fifth bits' vector of the 16
+ * tokens (byte 4l + i bit 2 (j % 4) + h) through quad_tokens too. */
+static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void decode_v_lin(const int five, const int off, const int min,
+                                                              const kvq_codec *codec, int T, const uint8_t *tile,
+                                                              float *y) {
+    const int d = codec->head_dim, nb = d / 32, cb = five ? 20 : 16;
+    const uint8_t *scales = tile + (size_t)T * nb * cb, *mins = scales + 2 * (size_t)nb * T;
+    for (int j = 0; j < T / 4; j++)
+        for (int blk = 0; blk < nb; blk++) {
+            float s[4], m[4] = {0};
+            for (int i = 0; i < 4; i++) {
+                s[i] = kvq_f16_to_f32(kvq_load_u16(scales + 2 * ((size_t)blk * T + 4 * j + i)));
+                if (min) m[i] = kvq_f16_to_f32(kvq_load_u16(mins + 2 * ((size_t)blk * T + 4 * j + i)));
+            }
+            const __m512i x = quad_tokens(tile + 64 * ((size_t)j * nb + blk));
+            __m512i lo = bytes_srl(x, 0, 15), hi = bytes_srl(x, 4, 15);
+            if (five) {
+                const __m512i f = quad_tokens(tile + (size_t)T * nb * 16 + 64 * ((size_t)(j / 4) * nb + blk));
+                lo = _mm512_or_si512(lo, _mm512_slli_epi32(bytes_srl(f, 2 * (j % 4), 1), 4));
+                hi = _mm512_or_si512(hi, _mm512_slli_epi32(bytes_srl(f, 2 * (j % 4) + 1, 1), 4));
+            }
+            float *yq = y + (size_t)4 * j * d + 32 * blk;
+            for (int i = 0; i < 4; i++) {
+                emit_lin(off, min, lo, i, s[i], m[i], yq + (size_t)i * d);
+                emit_lin(off, min, hi, i, s[i], m[i], yq + (size_t)i * d + 16);
+            }
+        }
 }
 
 static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void decode_k(const int b, const kvq_codec *codec, int T, const uint8_t *tile,
@@ -246,6 +333,16 @@ KVQ_TARGET_AVX512 void kvq_kv_tile_decode_avx512(const kvq_codec *c, int side, i
     if (c->desc->family == &kvq_family_rot) {
         b = c->desc->param;
         for (int j = 0; j < 16; j++) t[j] = ((const kvq_rot_state *)c->state)->centroid[j];
+    } else if (c->desc->param == KVQ_GGML_Q4_1 || c->desc->param == KVQ_GGML_Q5_0 || c->desc->param == KVQ_GGML_Q5_1) {
+#define LIN_SIDES(FIVE, OFF, MIN) \
+    (side == 0 ? decode_k_lin(FIVE, OFF, MIN, c, T, tile, y) : decode_v_lin(FIVE, OFF, MIN, c, T, tile, y))
+        switch (c->desc->param) {
+        case KVQ_GGML_Q4_1: LIN_SIDES(0, 0, 1); break;
+        case KVQ_GGML_Q5_0: LIN_SIDES(1, 16, 0); break;
+        default: LIN_SIDES(1, 0, 1); break;
+        }
+#undef LIN_SIDES
+        return;
     } else {
         b = c->desc->param == KVQ_GGML_Q8_0 ? 8 : 0;
         for (int j = 0; j < 16; j++) t[j] = c->desc->param == KVQ_GGML_IQ4_NL ? (float)kvq_iq4nl_values[j] : (float)(j - 8);

@@ -341,28 +341,33 @@ TEST(attn_ref_matches_direct_two_pass_formula) {
     free(v);
 }
 
-/* The interleaved layouts (q4_0, q8_0, iq4_nl and the rotated codecs of 2,
- * 3 and 4 bits; K and V sides; head_dim 32..512; several T): every row comes
+/* The interleaved layouts (q4_0, q8_0, iq4_nl, q4_1, q5_0, q5_1 and the
+ * rotated codecs of 2, 3 and 4 bits; K and V sides; head_dim 32..512;
+ * several T): every row comes
  * back bit-exact from a packed tile, the tile decodes to the same
  * attention-domain floats as its rows, and a few values sit where
  * tile_layout.c's header says (formulas written out here, apart from
  * tile_layout.c's). */
 TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
-    static const char *const names[] = {"q4_0", "q8_0", "iq4_nl", "turbo2", "iso3", "rotor4", "turbo3"};
+    static const char *const names[] = {"q4_0", "q8_0", "iq4_nl", "q4_1", "q5_0", "q5_1",
+                                        "turbo2", "iso3", "rotor4", "turbo3"};
     static const int dims[] = {32, 64, 128, 256, 512}, tiles[] = {16, 32, 48, 256};
     uint64_t s = 11;
     for (size_t ci = 0; ci < KVQ_ARRAY_LEN(names); ci++)
         for (size_t di = 0; di < KVQ_ARRAY_LEN(dims); di++) {
             kvq_codec *c = NULL;
             CHECK_OK(kvq_codec_create(names[ci], dims[di], 0, &c));
-            const int rot = ci >= 3, bits = rot ? c->desc->param : 0, d = dims[di];
+            const int rot = c->desc->family == &kvq_family_rot, bits = rot ? c->desc->param : 0, d = dims[di];
             if (!kvq_kv_interleavable(c)) {
                 CHECKF(rot && bits < 4 && d % 64, "%s d=%d: not interleavable", names[ci], d);
                 kvq_codec_free(c);
                 continue;
             }
             const size_t rb = c->row_bytes;
-            const int q8 = ci == 1, nb = d / 32;
+            const int q8 = ci == 1, nb = d / 32, bb = rot ? 0 : (int)rb / nb; /* ggml block bytes */
+            const int kind = rot ? -1 : c->desc->param;
+            const int q5 = kind == KVQ_GGML_Q5_0 || kind == KVQ_GGML_Q5_1;
+            const int with_min = kind == KVQ_GGML_Q4_1 || kind == KVQ_GGML_Q5_1;
             for (size_t ti = 0; ti < KVQ_ARRAY_LEN(tiles); ti++) {
                 const int T = tiles[ti];
                 uint8_t *rows = malloc((size_t)T * rb), *tile = malloc((size_t)T * rb), *back = malloc(rb);
@@ -371,7 +376,10 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                 for (size_t i = 0; i < (size_t)T * rb; i++) rows[i] = (uint8_t)kvq_splitmix64(&s);
                 /* Finite scales: NaN payloads need not survive every path. */
                 for (int r = 0; r < T; r++)
-                    for (int b = 0; b < (rot ? 1 : nb); b++) rows[(size_t)r * rb + (q8 ? 34 : 18) * b + 1] &= 0x3B;
+                    for (int b = 0; b < (rot ? 1 : nb); b++) {
+                        rows[(size_t)r * rb + bb * b + 1] &= 0x3B;
+                        if (with_min) rows[(size_t)r * rb + bb * b + 3] &= 0x3B;
+                    }
                 c->decode_tile_domain(c, rows, T, yr);
                 for (int side = 0; side < 2; side++) {
                     memset(tile, 0xEE, (size_t)T * rb);
@@ -402,7 +410,7 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                                T, side, r);
                     }
                     /* Spot checks: the last row's last value and (block) scale. */
-                    const int r = T - 1, i = d - 1, b = nb - 1, e = 31;
+                    const int r = T - 1, i = d - 1, b = nb - 1;
                     const uint8_t *row = rows + (size_t)r * rb;
                     size_t at, sat;
                     int got, code;
@@ -439,25 +447,40 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                             }
                             sat = (size_t)T * d * bits / 8 + 2 * (size_t)r;
                         }
-                    } else if (side == 0) {
-                        code = q8 ? row[34 * b + 2 + e] : row[18 * b + 2 + 15] >> 4;
-                        const size_t grp = (size_t)(r / 16) * 16 * rb;
-                        const int t = r % 16;
-                        at = q8 ? grp + 64 * (size_t)(8 * b + 7) + 4 * t + 3 : grp + 64 * (size_t)(4 * b + 3) + 4 * t + 3;
-                        got = q8 ? tile[at] ^ 0x80 : tile[at] >> 4;
-                        sat = grp + 16 * (size_t)nb * (q8 ? 32 : 16) + 32 * (size_t)b + 2 * t;
                     } else {
-                        code = q8 ? row[34 * b + 2 + e] : row[18 * b + 2 + 15] >> 4;
-                        const int j = r / 4, l = 15;
-                        at = q8 ? 64 * ((size_t)j * 2 * nb + (size_t)i / 16) + 4 * l + r % 4
-                                : 64 * ((size_t)j * nb + b) + 4 * l + r % 4;
-                        got = q8 ? tile[at] : tile[at] >> 4;
-                        sat = (size_t)T * nb * (q8 ? 32 : 16) + 2 * ((size_t)b * T + r);
+                        /* Value 31 of the last block: q8_0's last byte, else the high nibble of
+                         * the last code byte, and for q5 bit 31 of qh (the 4 bytes before the codes). */
+                        const int cb = q8 ? 32 : 16, hb = q5 ? 4 : 0;
+                        code = q8 ? row[bb * b + bb - 1] : row[bb * b + bb - 1] >> 4;
+                        if (q5) code |= (row[bb * b + bb - 17] >> 7) << 4;
+                        if (side == 0) {
+                            const size_t grp = (size_t)(r / 16) * 16 * rb;
+                            const int t = r % 16;
+                            at = q8 ? grp + 64 * (size_t)(8 * b + 7) + 4 * t + 3 : grp + 64 * (size_t)(4 * b + 3) + 4 * t + 3;
+                            got = q8 ? tile[at] ^ 0x80 : tile[at] >> 4;
+                            /* fifth bits: byte 4t + j bit k of the block's vector: dim 4k + j */
+                            if (q5) got |= (tile[grp + 16 * (size_t)nb * cb + 64 * (size_t)b + 4 * t + 3] >> 7) << 4;
+                            sat = grp + 16 * (size_t)nb * (cb + hb) + 32 * (size_t)b + 2 * t;
+                        } else {
+                            const int j = r / 4, l = 15;
+                            at = q8 ? 64 * ((size_t)j * 2 * nb + (size_t)i / 16) + 4 * l + r % 4
+                                    : 64 * ((size_t)j * nb + b) + 4 * l + r % 4;
+                            got = q8 ? tile[at] : tile[at] >> 4;
+                            /* fifth bits: per 16 tokens, byte 4l + i bit 2 (j % 4) + 1: dim 16 + l */
+                            if (q5)
+                                got |= ((tile[(size_t)T * nb * cb + 64 * ((size_t)(r / 16) * nb + b) + 4 * l + r % 4] >>
+                                         (2 * (j % 4) + 1)) & 1) << 4;
+                            sat = (size_t)T * nb * (cb + hb) + 2 * ((size_t)b * T + r);
+                        }
                     }
                     CHECKF(got == code, "%s d=%d T=%d side %d: last code %d at byte %zu, want %d", names[ci], d, T,
                            side, got, at, code);
-                    CHECKF(!memcmp(tile + sat, row + (rot ? 0 : (q8 ? 34 : 18) * b), 2),
+                    CHECKF(!memcmp(tile + sat, row + (rot ? 0 : bb * b), 2),
                            "%s d=%d T=%d side %d: scale misplaced", names[ci], d, T, side);
+                    /* m after every block's d: K 32 nb bytes on in the group, V 2 nb T. */
+                    if (with_min)
+                        CHECKF(!memcmp(tile + sat + (side == 0 ? 32 * (size_t)nb : 2 * (size_t)nb * T), row + bb * b + 2, 2),
+                               "%s d=%d T=%d side %d: min misplaced", names[ci], d, T, side);
                 }
                 free(rows);
                 free(tile);
@@ -488,7 +511,7 @@ static int same_reads(const kvq_kv *a, const kvq_kv *b, int layer) {
 TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
     static const char *const pairs[][2] = {{"q4_0", "q4_0"}, {"q8_0", "q8_0"}, {"q8_0", "q4_0"}, {"q4_0", "q8_0"},
                                            {"iq4_nl", "q8_0"}, {"q4_0", "turbo3"}, {"rotor4", "turbo2"},
-                                           {"iso3", "iso3"}, {"q4_0", "q4_1"}};
+                                           {"iso3", "iso3"}, {"q4_1", "q5_0"}, {"q5_1", "q4_0"}, {"q4_0", "f16"}};
     const int n = 150;
     for (size_t k = 0; k < KVQ_ARRAY_LEN(pairs); k++) {
         kvq_kv_params p = small_params(pairs[k][0]);
@@ -501,8 +524,8 @@ TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
         p.tile_layout = KVQ_TILES_INTERLEAVED;
         CHECK_OK(kvq_kv_create(&p, &b));
         CHECK(!a->layers[0].interleaved);
-        /* Only where both codecs can: q4_0 with q4_1 stays rows. */
-        CHECK(b->layers[0].interleaved == (k < 8));
+        /* Only where both codecs can: q4_0 with f16 stays rows. */
+        CHECK(b->layers[0].interleaved == (k < 10));
         CHECK_OK(kvq_test_fill(a, n, kx, vx, NULL));
         CHECK_OK(kvq_test_fill(b, n, kx, vx, NULL));
         for (int l = 0; l < p.n_layer; l++)
