@@ -65,8 +65,9 @@ typedef void (*kvq_attn_block_fn)(int R, const kvq_attn_qrow *rows, int d, int n
  * block's scale the same) and their residual ((q / scale - q8) x 254,
  * int8), each with -off x (sum of the block's int8 values) for K codes
  * stored as value + off; off_all sums the int8 values' terms over blocks.
- * sum: the block's float sum, which K blocks with a min (q4_1, q5_1: value
- * d c + m) multiply by m. */
+ * sum: the block's int8 values summed times its scale (what the int8 dot
+ * products see), which K blocks with a min (q4_1, q5_1: value d c + m)
+ * multiply by m. */
 typedef struct kvq_attn_qi8 {
     _Alignas(64) int8_t q[2][KVQ_MAX_HEAD_DIM];
     float scale[KVQ_MAX_HEAD_DIM / 32];
@@ -80,10 +81,9 @@ typedef void (*kvq_attn_qi8_fn)(const float *q, int d, int code_off, int one_sca
 /* NT (1 or 2, NT T <= KVQ_KV_MAX_TILE) consecutive interleaved K tiles and
  * V tiles (tile_layout.c) of T tokens (a multiple of 16) of q4_0, q8_0,
  * iq4_nl, q4_1, q5_0, q5_1 or a rotated codec of 2, 3 or 4 bits, with the
- * tiles after them in
- * their streams to prefetch (or NULL). Two tiles share one softmax step and
- * one p rounding: the per-tile reductions were most of the kernel's time
- * past the bytes (a 64-token run: -28% per token for turbo4). iq4_nl and the
+ * tiles after them in their streams to prefetch (or NULL). Two tiles share
+ * one softmax step and one p rounding: the per-tile reductions were most of
+ * the kernel's time past the bytes (a 64-token run: -28% per token for turbo4). iq4_nl and the
  * rotated kinds index a table of 16 u8 codes (codebook value x 1 / unit,
  * rounded, + 128); a code c stands for (c - 128) x unit. */
 enum {

@@ -185,7 +185,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
                 }
             }
             const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + gc + 32 * b)));
-            /* q4_1 / q5_1: + m x (the block's float query sum), m after every block's d */
+            /* q4_1 / q5_1: + m x the block's query sum (kvq_attn_qi8.sum), m after every block's d */
             const __m512 mk = has_min(KIND) ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + gc + 32 * (size_t)(nb + b))))
                                             : _mm512_setzero_ps();
 #pragma GCC unroll 8
