@@ -426,18 +426,22 @@ TEST(attn_rejects_bad_arguments) {
     kvq_kv_free(kv);
 }
 
+/* 1 if the AVX-512 path has the integer kernel here; else says the test is skipped. */
+static int integer_kernel_here(void) {
+    kvq_attn_kernels ker;
+    kvq_attn_kernels_get(KVQ_ISA_AVX512, &ker);
+    if (kvq_isa_supported(KVQ_ISA_AVX512) && ker.vnni) return 1;
+    kvq_test_skip("no AVX512-VNNI here");
+    return 0;
+}
+
 /* The integer kernel on its own terms: every G (1..8), head_dim 32..512,
  * tile sizes 16/32/64, K and V codecs mixed, one and two queries (the first
  * of two sees a tile only in part: causal masking inside the kernel), with
  * sinks; against the float64 reference over the decoded cache (bounds as
  * INT8_BOUND_*) and 1 vs 2 threads. */
 TEST(attn_integer_kernel_every_group_head_dim_and_codec_pair) {
-    kvq_attn_kernels ker;
-    kvq_attn_kernels_get(KVQ_ISA_AVX512, &ker);
-    if (!kvq_isa_supported(KVQ_ISA_AVX512) || !ker.vnni) {
-        kvq_test_skip("no AVX512-VNNI here");
-        return;
-    }
+    if (!integer_kernel_here()) return;
     static const char *const pairs[][2] = {{"q4_0", "q4_0"},     {"q8_0", "q8_0"},     {"q8_0", "q4_0"},
                                            {"q4_0", "q8_0"},     {"iq4_nl", "iq4_nl"}, {"q8_0", "iq4_nl"},
                                            {"turbo4", "turbo4"}, {"turbo3", "turbo3"}, {"turbo2", "turbo2"},
@@ -523,4 +527,46 @@ TEST(attn_integer_kernel_every_group_head_dim_and_codec_pair) {
         }
 done:
     kvq_threadpool_free(pool2);
+}
+
+/* f16 V rows beside interleaved K: the integer kernel's P x V reads no row
+ * past a query's causal edge. The last token's V holds Inf (f16 V takes any
+ * value); the first of two queries does not see it, and p = 0 there would
+ * still turn 0 x Inf into NaN. Its output must be finite and match the
+ * reference path (which reads the first n rows only) within the K side's
+ * bound. */
+TEST(attn_integer_kernel_f16_v_reads_no_row_past_the_causal_edge) {
+    if (!integer_kernel_here()) return;
+    kvq_kv_params p;
+    kvq_kv_params_default(&p);
+    p.n_layer = 1;
+    p.n_kv_head = 1;
+    p.head_dim = 64;
+    p.ctk = "iso3";
+    p.ctv = "f16";
+    p.tile_layout = KVQ_TILES_INTERLEAVED;
+    const int d = p.head_dim, n = 2 * p.tile_tokens, n_head = 2; /* two full tiles, nothing staged */
+    float *k, *v;
+    kvq_test_kv_data(&p, n, 71, &k, &v);
+    for (int i = 0; i < d; i++) v[(size_t)(n - 1) * d + i] = INFINITY;
+    kvq_kv *kv = NULL;
+    CHECK_OK(kvq_kv_create(&p, &kv));
+    CHECK_OK(kvq_test_fill(kv, n, k, v, NULL));
+    CHECK(kv->layers[0].interleaved[0] && !kv->layers[0].interleaved[1] && kv->layers[0].n_tiles == 2);
+    float *q = random_queries(2 * n_head * d, 72);
+    for (int i = 0; i < 2 * n_head * d; i++) q[i] *= 0.25f;
+    float out[2 * 2 * 64], ref_out[2 * 2 * 64];
+    double ref[2 * 64];
+    CHECK_OK(kvq_attn_run(kv, 0, NULL, KVQ_ISA_AVX512, n - 2, 2, n_head, q, out));
+    CHECK_OK(kvq_attn_run(kv, 0, NULL, KVQ_ISA_REF, n - 2, 2, n_head, q, ref_out));
+    for (int i = 0; i < n_head * d; i++) {
+        CHECKF(isfinite(out[i]), "query 0 out[%d] = %g", i, (double)out[i]);
+        ref[i] = ref_out[i];
+    }
+    const double e = rel_err(out, ref, n_head, d);
+    CHECKF(e <= INT8_BOUND_ROT, "query 0: rel err %.3g vs the reference path", e);
+    free(q);
+    free(k);
+    free(v);
+    kvq_kv_free(kv);
 }
