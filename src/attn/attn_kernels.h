@@ -83,12 +83,16 @@ typedef void (*kvq_attn_qi8_fn)(const float *q, int d, int code_off, int one_sca
  * iq4_nl, q4_1, q5_0, q5_1 or a rotated codec of 2, 3 or 4 bits, with the
  * tiles after them in their streams to prefetch (or NULL). Two tiles share
  * one softmax step and one p rounding: the per-tile reductions were most of
- * the kernel's time past the bytes (a 64-token run: -28% per token for turbo4). iq4_nl and the
- * rotated kinds index a table of 16 u8 codes (codebook value x 1 / unit,
- * rounded, + 128); a code c stands for (c - 128) x unit. */
+ * the kernel's time past the bytes (a 64-token run: -28% per token for
+ * turbo4). iq4_nl and the rotated kinds index a table of 16 u8 codes
+ * (codebook value x 1 / unit, rounded, + 128); a code c stands for
+ * (c - 128) x unit. V may instead be KVQ_ITILE_F16: tiles of T f16 rows
+ * (not interleaved), P x V in float. The kinds before KVQ_ITILE_K_COUNT are
+ * the ones K can take; the rotated kinds come last among them. */
 enum {
     KVQ_ITILE_Q4_0, KVQ_ITILE_Q8_0, KVQ_ITILE_IQ4_NL, KVQ_ITILE_Q4_1, KVQ_ITILE_Q5_0, KVQ_ITILE_Q5_1,
-    KVQ_ITILE_ROT2, KVQ_ITILE_ROT3, KVQ_ITILE_ROT4, KVQ_ITILE_COUNT /* the rotated kinds last */
+    KVQ_ITILE_ROT2, KVQ_ITILE_ROT3, KVQ_ITILE_ROT4,
+    KVQ_ITILE_F16, KVQ_ITILE_COUNT, KVQ_ITILE_K_COUNT = KVQ_ITILE_F16
 };
 typedef struct kvq_attn_itiles {
     const uint8_t *k[2], *v[2], *k_next[2], *v_next[2];
@@ -102,7 +106,8 @@ typedef struct kvq_attn_itiles {
  * n tokens of interleaved tiles, with vpdpbusd: scores from the int8 query
  * (and its residual where K is q8_0), P x V from the softmax weights times
  * each token's V scale rounded to 8 bits per (head, block, NT tiles)
- * (rotated V: per (head, NT tiles)). Same running state as kvq_attn_tile_fn. */
+ * (rotated V: per (head, NT tiles); f16 V rows: float, no rounding). Same
+ * running state as kvq_attn_tile_fn. */
 typedef void (*kvq_attn_vnni_fn)(int G, int d, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *t, float *m,
                                  float *l, float *acc);
 

@@ -156,7 +156,7 @@ static size_t part_floats(const run_ctx *c) { return (size_t)c->G * ((size_t)c->
 static void decode_tile(const run_ctx *rc, int side, const uint8_t *src, float *y) {
     const kvq_codec *c = rc->L->codec[side];
     const int n = rc->T;
-    if (rc->L->interleaved) {
+    if (rc->L->interleaved[side]) {
         rc->kern.tile_decode(c, side, n, src, y); /* attention-domain values, as decode_tile_domain's */
     } else if (c->qjl) {
         for (int r = 0; r < n; r++) kvq_codec_decode_row(c, src + (size_t)r * c->row_bytes, y + (size_t)r * c->head_dim);
@@ -320,8 +320,11 @@ static void run_task(int task, int worker, void *arg) {
     }
 }
 
-/* The integer kernel's name for an interleavable codec. */
-static int itile_kind(const kvq_codec *c) {
+/* The integer kernel's name for a side of a layer: an interleavable codec,
+ * or f16 V rows beside interleaved K (kv_init's rule). */
+static int itile_kind(const kvq_kv_layer *L, int side) {
+    const kvq_codec *c = L->codec[side];
+    if (!L->interleaved[side]) return KVQ_ITILE_F16;
     if (c->desc->family == &kvq_family_rot) return KVQ_ITILE_ROT2 + ((const kvq_rot_state *)c->state)->bits - 2;
     static const int kind[] = {[KVQ_GGML_Q8_0] = KVQ_ITILE_Q8_0, [KVQ_GGML_Q4_0] = KVQ_ITILE_Q4_0,
                                [KVQ_GGML_Q4_1] = KVQ_ITILE_Q4_1, [KVQ_GGML_Q5_0] = KVQ_ITILE_Q5_0,
@@ -344,7 +347,7 @@ static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[16], float *
     memset(codes, 0, 16);
     if (kind == KVQ_ITILE_IQ4_NL) {
         for (int j = 0; j < 16; j++) codes[j] = (uint8_t)(kvq_iq4nl_values[j] + 128);
-    } else if (kind >= KVQ_ITILE_ROT2) {
+    } else if (kind >= KVQ_ITILE_ROT2 && kind <= KVQ_ITILE_ROT4) {
         const kvq_rot_state *st = c->state;
         memcpy(codes, st->step_code, 16);
         *unit = st->step;
@@ -352,10 +355,6 @@ static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[16], float *
 }
 
 static size_t pad64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-static int is_f16_rows(const kvq_codec *c) {
-    return !c->qjl && !c->mean && c->desc->family == &kvq_family_plain && c->desc->param == KVQ_PLAIN_F16;
-}
 
 static void finish(const run_ctx *c, float *out) {
     const kvq_kv *kv = c->kv;
@@ -430,19 +429,21 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     if (c.chunk < MIN_TILES_PER_TASK) c.chunk = MIN_TILES_PER_TASK;
     c.n_chunks = (L->n_tiles + c.chunk - 1) / c.chunk;
     c.tasks_per_head = c.n_chunks + 1;
-    c.direct[0] = is_f16_rows(L->codec[0]);
-    c.direct[1] = is_f16_rows(L->codec[1]);
+    c.direct[0] = kvq_kv_f16_rows(L->codec[0]);
+    c.direct[1] = kvq_kv_f16_rows(L->codec[1]);
     for (int i = 0; i < 2; i++) {
         c.fmt[i] = kvq_attn_rows_fmt(L->codec[i]);
         if (c.fmt[i] >= 0) rows_lut(L->codec[i], c.fmt[i], c.lut[i]);
     }
-    c.in_place = c.kern.fused && c.fmt[0] >= 0 && c.fmt[1] >= 0 && n_q <= FUSED_MAX_QUERIES && !L->interleaved;
+    /* K is interleaved wherever V is (kv_init), so K's flag says whether the
+     * tiles are rows the fused kernel reads. */
+    c.in_place = c.kern.fused && c.fmt[0] >= 0 && c.fmt[1] >= 0 && n_q <= FUSED_MAX_QUERIES && !L->interleaved[0];
     /* No compressed tiles yet (the first tile_tokens tokens): nothing for the
      * integer kernel, so no int8 query either. */
-    c.vnni = c.kern.vnni && L->interleaved && n_q <= FUSED_MAX_QUERIES && L->n_tiles > 0;
+    c.vnni = c.kern.vnni && L->interleaved[0] && n_q <= FUSED_MAX_QUERIES && L->n_tiles > 0;
     if (c.vnni) {
-        c.k_kind = itile_kind(L->codec[0]);
-        c.v_kind = itile_kind(L->codec[1]);
+        c.k_kind = itile_kind(L, 0);
+        c.v_kind = itile_kind(L, 1);
         itile_codes(L->codec[0], c.k_kind, c.icodes[0], &c.iunit[0]);
         itile_codes(L->codec[1], c.v_kind, c.icodes[1], &c.iunit[1]);
     }

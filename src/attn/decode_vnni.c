@@ -18,7 +18,9 @@
  * of table, into their centroids rounded to int8 + 128 (kvq_attn_itiles.lut);
  * their one scale per row lets the query take one scale per head and p one
  * per (head, tile), so their int32 sums span the whole head.
- * The int32 sums become floats once per block (scores) or tile (P x V). */
+ * The int32 sums become floats once per block (scores) or tile (P x V).
+ * V may also be f16 rows beside interleaved K (the K-only presets): P x V
+ * then runs in float over the rows (pv_f16), after the same integer scores. */
 #include <math.h>
 #include <string.h>
 
@@ -517,13 +519,61 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
             for (size_t o = scales; o < scales + 2 * (size_t)T; o += 64) _mm_prefetch((const char *)it->v_next[i] + o, _MM_HINT_T0);
 }
 
+/* ------------------------------------------------------- f16 V rows */
+
+/* acc (G, d) += p (G, NT T) x the first n rows of NT tiles of f16 V rows
+ * (the K-only presets: K interleaved, V f16), in float with f32
+ * accumulation as the fused kernel's P x V (decode_avx512.c fused_pv): per
+ * slice of 32 BB dims the G x 2 BB accumulators stay in registers while
+ * the rows stream through. The rows past n are not read (p is 0 there, but
+ * an f16 row may hold Inf, and 0 x Inf would poison acc). While the first
+ * slice runs, each row's lines in the next tiles are prefetched into L2
+ * (prefetcht1: the float streams' best, decode_avx512.c prefetch_next); the
+ * next tiles are it->v_next, NT (2 when paired) tiles ahead. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_f16(const int G, const int BB, int d, int T, int n,
+                                                           const float *p, const kvq_attn_itiles *it, float *acc) {
+    const int ST = it->NT * T;
+    const size_t stride = 2 * (size_t)d;
+    for (int c = 0; c < d / 32; c += BB) {
+        __m512 a[KVQ_ATTN_MAX_G][4];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int b = 0; b < 2 * BB; b++) a[g][b] = _mm512_loadu_ps(acc + (size_t)g * d + 32 * c + 16 * b);
+        for (int i = 0; i < it->NT; i++) {
+            const uint8_t *vt = it->v[i], *pf = c == 0 ? it->v_next[i] : NULL;
+            const int nt = n - i * T < T ? n - i * T : T;
+            for (int t = 0; t < nt; t++) {
+                if (pf)
+                    for (size_t o = ((size_t)t * stride) & ~(size_t)63; o < (size_t)(t + 1) * stride; o += 64)
+                        _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
+                const uint8_t *row = vt + (size_t)t * stride + 64 * (size_t)c;
+                __m512 vv[4];
+#pragma GCC unroll 4
+                for (int b = 0; b < 2 * BB; b++)
+                    vv[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * b)));
+#pragma GCC unroll 8
+                for (int g = 0; g < G; g++) {
+                    const __m512 pg = _mm512_set1_ps(p[g * ST + i * T + t]);
+#pragma GCC unroll 4
+                    for (int b = 0; b < 2 * BB; b++) a[g][b] = _mm512_fmadd_ps(pg, vv[b], a[g][b]);
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int b = 0; b < 2 * BB; b++) _mm512_storeu_ps(acc + (size_t)g * d + 32 * c + 16 * b, a[g][b]);
+    }
+}
+
 /* Scores and P x V are instantiated per codec kind and G, each with d and T
  * constants for the common case (head_dim 64, 32-token tiles: the loops over
  * blocks and token groups unroll) and a general one. */
 typedef void (*scores_fn)(int d, int T, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *it, float *s);
-typedef void (*pv_fn)(int d, int T, const float *p, const kvq_attn_itiles *it, float *acc);
+typedef void (*pv_fn)(int d, int T, int n, const float *p, const kvq_attn_itiles *it, float *acc);
 
-#define VNNI_FN(KIND, G)                                                                                     \
+#define VNNI_SCORES(KIND, G)                                                                                 \
     KVQ_TARGET_AVX512VNNI static void scores_##KIND##_##G(int d, int T, int n, const kvq_attn_qi8 *q,         \
                                                           const kvq_attn_itiles *it, float *s) {             \
         if (KIND >= KVQ_ITILE_ROT2) {                                                                        \
@@ -531,10 +581,16 @@ typedef void (*pv_fn)(int d, int T, const float *p, const kvq_attn_itiles *it, f
             else scores_rot(KIND, G, d, T, n, q, it, s);                                                     \
         } else if (d == 64 && T == 32) scores(KIND, G, 2, 32, n, q, it, s);                                  \
         else scores(KIND, G, d / 32, T, n, q, it, s);                                                        \
-    }                                                                                                        \
-    KVQ_TARGET_AVX512VNNI static void pv_##KIND##_##G(int d, int T, const float *p, const kvq_attn_itiles *it, \
-                                                      float *acc) {                                          \
-        if (KIND >= KVQ_ITILE_ROT2) {                                                                        \
+    }
+/* f16 V: 64-dim slices (BB 2) while 4 BB G accumulators fit the registers, as fused_pv. */
+#define VNNI_PV(KIND, G)                                                                                     \
+    KVQ_TARGET_AVX512VNNI static void pv_##KIND##_##G(int d, int T, int n, const float *p,                  \
+                                                      const kvq_attn_itiles *it, float *acc) {               \
+        if (KIND == KVQ_ITILE_F16) {                                                                         \
+            if (d == 64 && T == 32) pv_f16(G, G <= 4 ? 2 : 1, 64, 32, n, p, it, acc);                        \
+            else if (G <= 4 && d % 64 == 0) pv_f16(G, 2, d, T, n, p, it, acc);                              \
+            else pv_f16(G, 1, d, T, n, p, it, acc);                                                          \
+        } else if (KIND >= KVQ_ITILE_ROT2) {                                                                 \
             const int G1 = G < 4 ? G : 4, G2 = G - G1; /* pv_rot takes 4 heads at most */                   \
             if (d == 64 && T == 32) {                                                                        \
                 pv_rot(KIND, G1, 64, 32, p, it, acc);                                                        \
@@ -546,9 +602,8 @@ typedef void (*pv_fn)(int d, int T, const float *p, const kvq_attn_itiles *it, f
         } else if (d == 64 && T == 32) pv(KIND, G, 64, 2, 32, p, it, acc);                                   \
         else pv(KIND, G, d, d / 32, T, p, it, acc);                                                          \
     }
-#define VNNI_FNS(KIND)                                                                                       \
-    VNNI_FN(KIND, 1) VNNI_FN(KIND, 2) VNNI_FN(KIND, 3) VNNI_FN(KIND, 4) VNNI_FN(KIND, 5) VNNI_FN(KIND, 6)    \
-    VNNI_FN(KIND, 7) VNNI_FN(KIND, 8)
+#define VNNI_GS(F, KIND) F(KIND, 1) F(KIND, 2) F(KIND, 3) F(KIND, 4) F(KIND, 5) F(KIND, 6) F(KIND, 7) F(KIND, 8)
+#define VNNI_FNS(KIND) VNNI_GS(VNNI_SCORES, KIND) VNNI_GS(VNNI_PV, KIND)
 VNNI_FNS(0)
 VNNI_FNS(1)
 VNNI_FNS(2)
@@ -558,6 +613,7 @@ VNNI_FNS(5)
 VNNI_FNS(6)
 VNNI_FNS(7)
 VNNI_FNS(8)
+VNNI_GS(VNNI_PV, 9) /* f16 V rows: no K kind */
 #define VNNI_ROW(F, KIND) {F##_##KIND##_1, F##_##KIND##_2, F##_##KIND##_3, F##_##KIND##_4, \
                            F##_##KIND##_5, F##_##KIND##_6, F##_##KIND##_7, F##_##KIND##_8}
 
@@ -565,21 +621,23 @@ KVQ_TARGET_AVX512VNNI void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_a
                                                 const kvq_attn_itiles *t, float *m, float *l, float *acc) {
     _Static_assert(KVQ_ITILE_Q4_0 == 0 && KVQ_ITILE_Q8_0 == 1 && KVQ_ITILE_IQ4_NL == 2 && KVQ_ITILE_Q4_1 == 3 &&
                        KVQ_ITILE_Q5_0 == 4 && KVQ_ITILE_Q5_1 == 5 && KVQ_ITILE_ROT2 == 6 && KVQ_ITILE_ROT3 == 7 &&
-                       KVQ_ITILE_ROT4 == 8 && KVQ_ITILE_COUNT == 9,
+                       KVQ_ITILE_ROT4 == 8 && KVQ_ITILE_F16 == 9 && KVQ_ITILE_COUNT == 10 && KVQ_ITILE_K_COUNT == 9,
                    "table order");
-    static const scores_fn score_table[KVQ_ITILE_COUNT][KVQ_ATTN_MAX_G] = {
+    static const scores_fn score_table[KVQ_ITILE_K_COUNT][KVQ_ATTN_MAX_G] = {
         VNNI_ROW(scores, 0), VNNI_ROW(scores, 1), VNNI_ROW(scores, 2), VNNI_ROW(scores, 3), VNNI_ROW(scores, 4),
         VNNI_ROW(scores, 5), VNNI_ROW(scores, 6), VNNI_ROW(scores, 7), VNNI_ROW(scores, 8)};
     static const pv_fn pv_table[KVQ_ITILE_COUNT][KVQ_ATTN_MAX_G] = {
         VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2), VNNI_ROW(pv, 3), VNNI_ROW(pv, 4),
-        VNNI_ROW(pv, 5), VNNI_ROW(pv, 6), VNNI_ROW(pv, 7), VNNI_ROW(pv, 8)};
+        VNNI_ROW(pv, 5), VNNI_ROW(pv, 6), VNNI_ROW(pv, 7), VNNI_ROW(pv, 8), VNNI_ROW(pv, 9)};
     _Alignas(64) float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE]; /* (G, NT T) */
     score_table[t->k_kind][G - 1](d, t->T, n, q, t, s);
     softmax_update(G, d, t->NT * t->T, s, m, l, acc);
-    pv_table[t->v_kind][G - 1](d, t->T, s, t, acc);
+    pv_table[t->v_kind][G - 1](d, t->T, n, s, t, acc);
 }
 #undef VNNI_ROW
 #undef VNNI_FNS
-#undef VNNI_FN
+#undef VNNI_GS
+#undef VNNI_PV
+#undef VNNI_SCORES
 
 #endif

@@ -367,7 +367,7 @@ static kvq_status read_layer(reader *r, kvq_kv *kv, int l, int n_tokens) {
                                   "session: layer %d head %d %s tile %d row %d has a negative q8_0 scale", l, s / 2,
                                   what, t, row);
             }
-            if (L->interleaved) kvq_kv_tile_pack(c, s & 1, T, rows, st->tiles[t]);
+            if (L->interleaved[s & 1]) kvq_kv_tile_pack(c, s & 1, T, rows, st->tiles[t]);
             else memcpy(st->tiles[t], rows, (size_t)T * c->row_bytes);
         }
         if (stage_bytes) memcpy(st->stage, r->p + r->pos, stage_bytes);

@@ -100,8 +100,15 @@ static kvq_status kv_init(kvq_kv *kv) {
             L->centered[kvi] = p->centering && c->desc->family->quantized;
             if (c->row_bytes > kv->max_row_bytes) kv->max_row_bytes = c->row_bytes;
         }
-        L->interleaved = want_interleaved && T % 16 == 0 && kvq_kv_interleavable(L->codec[0]) &&
-                         kvq_kv_interleavable(L->codec[1]);
+        /* K interleaves where V does, and also over f16 V rows (the K-only
+         * presets, k_iso3 ...): the integer kernel scores the K tiles and
+         * runs P x V over the rows in float, so the layer reads only its
+         * bytes. A per-side flag rather than an identity "layout" for f16:
+         * V rows stay rows everywhere (flush, read, truncate, sessions,
+         * the float paths), and f16/f16 layers keep the float kernel. */
+        const int k_ok = want_interleaved && T % 16 == 0 && kvq_kv_interleavable(L->codec[0]);
+        L->interleaved[1] = k_ok && kvq_kv_interleavable(L->codec[1]);
+        L->interleaved[0] = L->interleaved[1] || (k_ok && kvq_kv_f16_rows(L->codec[1]));
         for (int s = 0; s < 2 * H; s++) {
             kvq_kv_stream *st = &L->streams[s];
             st->stage = kvq_alloc_aligned(sizeof(uint16_t) * (size_t)T * d);
@@ -199,7 +206,7 @@ static kvq_status flush_stream(const kvq_kv *kv, kvq_kv_layer *L, int s, int fir
             st->mean[i] = (float)(sum / T);
         }
     }
-    if (!L->interleaved) rows = st->tiles[L->n_tiles];
+    if (!L->interleaved[s & 1]) rows = st->tiles[L->n_tiles];
     kvq_status status = KVQ_OK;
     for (int r = 0; r < T; r++) {
         float *xr = x + (size_t)r * d;
@@ -209,7 +216,7 @@ static kvq_status flush_stream(const kvq_kv *kv, kvq_kv_layer *L, int s, int fir
         const kvq_status e = kvq_codec_encode_row(c, xr, rows + (size_t)r * c->row_bytes);
         if (status == KVQ_OK) status = e;
     }
-    if (L->interleaved) {
+    if (L->interleaved[s & 1]) {
 #if KVQ_HAVE_X86
         if (c->isa >= KVQ_ISA_AVX512) kvq_kv_tile_pack_avx512(c, s & 1, T, rows, st->tiles[L->n_tiles]);
         else
@@ -327,8 +334,9 @@ static void tile_row(const kvq_kv_layer *L, int T, int s, int t, int r, float *y
     const kvq_codec *c = L->codec[s & 1];
     const kvq_kv_stream *st = &L->streams[s];
     uint8_t row[KVQ_KV_MAX_ILEAVED_ROW];
-    if (L->interleaved) kvq_kv_tile_unpack_row(c, s & 1, T, st->tiles[t], r, row);
-    kvq_codec_decode_row(c, L->interleaved ? row : st->tiles[t] + (size_t)r * c->row_bytes, y);
+    const int il = L->interleaved[s & 1];
+    if (il) kvq_kv_tile_unpack_row(c, s & 1, T, st->tiles[t], r, row);
+    kvq_codec_decode_row(c, il ? row : st->tiles[t] + (size_t)r * c->row_bytes, y);
     if (L->centered[s & 1])
         for (int i = 0; i < c->head_dim; i++) y[i] += st->mean[i];
 }

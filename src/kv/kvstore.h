@@ -28,7 +28,8 @@ typedef struct kvq_kv_layer {
     size_t tile_bytes[2]; /* K, V: tile_tokens * row_bytes, rounded up to 64 */
     int centered[2];      /* tiles of K / V hold x - mean once has_mean */
     int has_mean;
-    int interleaved;      /* K and V tiles are in the interleaved layouts (tile_layout.c), not rows */
+    int interleaved[2];   /* K / V tiles are in the interleaved layouts (tile_layout.c), not rows:
+                           * both, neither, or K alone over f16 V rows (see kv_init) */
     int n_tokens;
     int n_tiles, cap_tiles;
     kvq_kv_stream *streams; /* (n_kv_head, 2): [h * 2 + 0] K, [h * 2 + 1] V */
@@ -58,6 +59,11 @@ static inline int kvq_kv_n_staged(const kvq_kv *kv, const kvq_kv_layer *L) {
 /* 1 if tiles of this codec can take the interleaved layout (the ggml
  * codecs; the rotated ones at head_dim a multiple of 32 (4 bits) or 64). */
 int kvq_kv_interleavable(const kvq_codec *c);
+/* 1 if the codec's rows are plain f16 (attention reads them in place; the
+ * integer kernel reads them as V rows beside interleaved K). */
+static inline int kvq_kv_f16_rows(const kvq_codec *c) {
+    return !c->qjl && !c->mean && c->desc->family == &kvq_family_plain && c->desc->param == KVQ_PLAIN_F16;
+}
 /* T ggml rows (T a multiple of 16) -> one interleaved tile of side 0 (K) or
  * 1 (V), and row r of such a tile back to its ggml bytes (bit-exact). */
 void kvq_kv_tile_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile);

@@ -373,7 +373,7 @@ void kvq_kv_tile_unpack_row(const kvq_codec *c, int side, int T, const uint8_t *
 
 void kvq_kv_tile_rows(const kvq_kv_layer *L, int side, int T, const uint8_t *tile, uint8_t *rows) {
     const kvq_codec *c = L->codec[side];
-    if (!L->interleaved) {
+    if (!L->interleaved[side]) {
         memcpy(rows, tile, (size_t)T * c->row_bytes);
         return;
     }

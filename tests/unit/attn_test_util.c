@@ -53,8 +53,8 @@ void kvq_test_decoded(const kvq_kv *kv, int layer, float *k, float *v) {
                 } else if (t < sunk + L->n_tiles * T) {
                     const int tile = (t - sunk) / T, r = (t - sunk) % T;
                     uint8_t row[KVQ_KV_MAX_ILEAVED_ROW];
-                    if (L->interleaved) kvq_kv_tile_unpack_row(c, kvi, T, st->tiles[tile], r, row);
-                    kvq_codec_decode_row(c, L->interleaved ? row : st->tiles[tile] + (size_t)r * c->row_bytes, y);
+                    if (L->interleaved[kvi]) kvq_kv_tile_unpack_row(c, kvi, T, st->tiles[tile], r, row);
+                    kvq_codec_decode_row(c, L->interleaved[kvi] ? row : st->tiles[tile] + (size_t)r * c->row_bytes, y);
                     if (L->centered[kvi])
                         for (int i = 0; i < d; i++) y[i] += st->mean[i];
                 } else {

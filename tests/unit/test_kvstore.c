@@ -507,15 +507,22 @@ static int same_reads(const kvq_kv *a, const kvq_kv *b, int layer) {
 }
 
 /* A store with interleaved tiles holds what a row store holds: the same
- * positions through kvq_kv_read, and the same session bytes. */
+ * positions through kvq_kv_read, and the same session bytes. Mixed layers
+ * (K interleaved over f16 V rows) too. */
 TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
-    static const char *const pairs[][2] = {{"q4_0", "q4_0"}, {"q8_0", "q8_0"}, {"q8_0", "q4_0"}, {"q4_0", "q8_0"},
-                                           {"iq4_nl", "q8_0"}, {"q4_0", "turbo3"}, {"rotor4", "turbo2"},
-                                           {"iso3", "iso3"}, {"q4_1", "q5_0"}, {"q5_1", "q4_0"}, {"q4_0", "f16"}};
+    static const struct {
+        const char *k, *v;
+        int il_k, il_v; /* the layer's interleaved[] when asked for the layout */
+    } pairs[] = {{"q4_0", "q4_0", 1, 1},   {"q8_0", "q8_0", 1, 1},     {"q8_0", "q4_0", 1, 1},
+                 {"q4_0", "q8_0", 1, 1},   {"iq4_nl", "q8_0", 1, 1},   {"q4_0", "turbo3", 1, 1},
+                 {"rotor4", "turbo2", 1, 1}, {"iso3", "iso3", 1, 1},   {"q4_1", "q5_0", 1, 1},
+                 {"q5_1", "q4_0", 1, 1},   {"iso3", "f16", 1, 0},      {"rotor4", "f16", 1, 0},
+                 {"q8_0", "f16", 1, 0},    {"q5_0", "f16", 1, 0},      {"f16", "f16", 0, 0},
+                 {"f16", "q8_0", 0, 0},    {"iso3", "bf16", 0, 0}};
     const int n = 150;
     for (size_t k = 0; k < KVQ_ARRAY_LEN(pairs); k++) {
-        kvq_kv_params p = small_params(pairs[k][0]);
-        p.ctv = pairs[k][1];
+        kvq_kv_params p = small_params(pairs[k].k);
+        p.ctv = pairs[k].v;
         float *kx, *vx;
         kvq_test_kv_data(&p, n, 31, &kx, &vx);
         kvq_kv *a = NULL, *b = NULL;
@@ -523,13 +530,15 @@ TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
         CHECK_OK(kvq_kv_create(&p, &a));
         p.tile_layout = KVQ_TILES_INTERLEAVED;
         CHECK_OK(kvq_kv_create(&p, &b));
-        CHECK(!a->layers[0].interleaved);
-        /* Only where both codecs can: q4_0 with f16 stays rows. */
-        CHECK(b->layers[0].interleaved == (k < 10));
+        CHECK(!a->layers[0].interleaved[0] && !a->layers[0].interleaved[1]);
+        /* K where both codecs can, or over f16 V: f16 K or bf16 V stay rows. */
+        CHECKF(b->layers[0].interleaved[0] == pairs[k].il_k && b->layers[0].interleaved[1] == pairs[k].il_v,
+               "%s/%s: interleaved %d %d", pairs[k].k, pairs[k].v, b->layers[0].interleaved[0],
+               b->layers[0].interleaved[1]);
         CHECK_OK(kvq_test_fill(a, n, kx, vx, NULL));
         CHECK_OK(kvq_test_fill(b, n, kx, vx, NULL));
         for (int l = 0; l < p.n_layer; l++)
-            CHECKF(same_reads(a, b, l), "%s/%s layer %d: the layouts read differently", pairs[k][0], pairs[k][1], l);
+            CHECKF(same_reads(a, b, l), "%s/%s layer %d: the layouts read differently", pairs[k].k, pairs[k].v, l);
         /* Session files hold rows: the same bytes from either layout, and a
          * rows file loads into an interleaved store. */
         kvq_session_fp fp = {.arch = "test", .n_layer = (uint32_t)p.n_layer, .n_vocab = 10};
@@ -545,14 +554,14 @@ TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
         rewind(fa);
         rewind(fb);
         CHECK(fread(da, 1, (size_t)size, fa) == (size_t)size && fread(db, 1, (size_t)size, fb) == (size_t)size);
-        CHECKF(!memcmp(da, db, (size_t)size), "%s/%s: session bytes depend on the tile layout", pairs[k][0],
-               pairs[k][1]);
+        CHECKF(!memcmp(da, db, (size_t)size), "%s/%s: session bytes depend on the tile layout", pairs[k].k,
+               pairs[k].v);
         kvq_kv *loaded = NULL;
         int32_t *ltoks = NULL;
         int n_loaded = 0;
         CHECK_OK(kvq_kv_session_parse(da, (size_t)size, &fp, &b->p, n, &loaded, &ltoks, &n_loaded));
         if (loaded)
-            CHECKF(same_reads(b, loaded, 0), "%s/%s: the loaded store reads differently", pairs[k][0], pairs[k][1]);
+            CHECKF(same_reads(b, loaded, 0), "%s/%s: the loaded store reads differently", pairs[k].k, pairs[k].v);
         kvq_kv_free(loaded);
         free(ltoks);
         free(da);
@@ -563,7 +572,7 @@ TEST(kvstore_interleaved_layout_reads_and_saves_like_rows) {
         /* Truncating inside a tile unpacks it the same way. */
         CHECK_OK(kvq_kv_truncate(a, 77));
         CHECK_OK(kvq_kv_truncate(b, 77));
-        CHECKF(same_reads(a, b, 1), "%s/%s: the layouts read differently after a truncate", pairs[k][0], pairs[k][1]);
+        CHECKF(same_reads(a, b, 1), "%s/%s: the layouts read differently after a truncate", pairs[k].k, pairs[k].v);
         free(kx);
         free(vx);
         kvq_kv_free(a);
