@@ -104,6 +104,15 @@ $(BUILD)/attn-proto: $(BUILD)/obj/bench/attn_proto.o $(BUILD)/libkvq.a
 bench-attn-proto: $(BUILD)/attn-proto
 	$(BUILD)/attn-proto
 
+# Decode steps after streaming S MB between them: how much of a step the
+# weights staying in L3 saves (bench/cache_probe.c); not part of `all`.
+.PHONY: bench-cache-probe
+$(BUILD)/cache-probe: $(BUILD)/obj/bench/cache_probe.o $(BUILD)/libkvq.a
+	$(CC) -pthread -o $@ $^ $(LDLIBS)
+
+bench-cache-probe: $(BUILD)/cache-probe
+	$(BUILD)/cache-probe "$$(sh scripts/fetch-model.sh)"
+
 # ---- sanitizers and fuzzing (not part of `all`).
 
 SAN_FLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
