@@ -126,6 +126,10 @@ int kvq_attn_rows_fmt(const kvq_codec *c);
 void kvq_attn_fused_avx512(int G, int d, int n, const float *q, const kvq_attn_rows *k, const kvq_attn_rows *v,
                            float *m, float *l, float *acc);
 
+/* The fused kernel's P x V alone: acc (G, d) += p (G, row stride np) x the
+ * first n rows of v (the integer kernel's P x V over f16 V rows). */
+void kvq_attn_rows_pv_avx512(int G, int d, int n, int np, const float *p, const kvq_attn_rows *v, float *acc);
+
 void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, int d, int n, const kvq_attn_rows *k,
                            const kvq_attn_rows *v);
 

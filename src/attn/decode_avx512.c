@@ -235,6 +235,11 @@ static const fused_scores_fn scores_tab[KVQ_FMT_COUNT][KVQ_ATTN_MAX_G] = {KVQ_FU
 static const fused_pv_fn pv_tab[KVQ_FMT_COUNT][KVQ_ATTN_MAX_G] = {KVQ_FUSED_ALL(KVQ_FUSED_ROW)};
 #undef KVQ_FUSED_ROW
 
+KVQ_TARGET_AVX512 void kvq_attn_rows_pv_avx512(int G, int d, int n, int np, const float *p, const kvq_attn_rows *v,
+                                               float *acc) {
+    pv_tab[v->fmt][G - 1](d, n, np, p, v, acc);
+}
+
 KVQ_TARGET_AVX512 void kvq_attn_fused_avx512(int G, int d, int n, const float *q, const kvq_attn_rows *k,
                                              const kvq_attn_rows *v, float *m, float *l, float *acc) {
     const int np = (n + 15) & ~15;

@@ -522,48 +522,15 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
 /* ------------------------------------------------------- f16 V rows */
 
 /* acc (G, d) += p (G, NT T) x the first n rows of NT tiles of f16 V rows
- * (the K-only presets: K interleaved, V f16), in float with f32
- * accumulation as the fused kernel's P x V (decode_avx512.c fused_pv): per
- * slice of 32 BB dims the G x 2 BB accumulators stay in registers while
- * the rows stream through. The rows past n are not read (p is 0 there, but
- * an f16 row may hold Inf, and 0 x Inf would poison acc). While the first
- * slice runs, each row's lines in the next tiles are prefetched into L2
- * (prefetcht1: the float streams' best, decode_avx512.c prefetch_next); the
- * next tiles are it->v_next, NT (2 when paired) tiles ahead. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_f16(const int G, const int BB, int d, int T, int n,
-                                                           const float *p, const kvq_attn_itiles *it, float *acc) {
-    const int ST = it->NT * T;
-    const size_t stride = 2 * (size_t)d;
-    for (int c = 0; c < d / 32; c += BB) {
-        __m512 a[KVQ_ATTN_MAX_G][4];
-#pragma GCC unroll 8
-        for (int g = 0; g < G; g++)
-#pragma GCC unroll 4
-            for (int b = 0; b < 2 * BB; b++) a[g][b] = _mm512_loadu_ps(acc + (size_t)g * d + 32 * c + 16 * b);
-        for (int i = 0; i < it->NT; i++) {
-            const uint8_t *vt = it->v[i], *pf = c == 0 ? it->v_next[i] : NULL;
-            const int nt = n - i * T < T ? n - i * T : T;
-            for (int t = 0; t < nt; t++) {
-                if (pf)
-                    for (size_t o = ((size_t)t * stride) & ~(size_t)63; o < (size_t)(t + 1) * stride; o += 64)
-                        _mm_prefetch((const char *)pf + o, _MM_HINT_T1);
-                const uint8_t *row = vt + (size_t)t * stride + 64 * (size_t)c;
-                __m512 vv[4];
-#pragma GCC unroll 4
-                for (int b = 0; b < 2 * BB; b++)
-                    vv[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * b)));
-#pragma GCC unroll 8
-                for (int g = 0; g < G; g++) {
-                    const __m512 pg = _mm512_set1_ps(p[g * ST + i * T + t]);
-#pragma GCC unroll 4
-                    for (int b = 0; b < 2 * BB; b++) a[g][b] = _mm512_fmadd_ps(pg, vv[b], a[g][b]);
-                }
-            }
-        }
-#pragma GCC unroll 8
-        for (int g = 0; g < G; g++)
-#pragma GCC unroll 4
-            for (int b = 0; b < 2 * BB; b++) _mm512_storeu_ps(acc + (size_t)g * d + 32 * c + 16 * b, a[g][b]);
+ * (the K-only presets: K interleaved, V f16): the fused kernel's P x V
+ * (decode_avx512.c fused_pv) tile by tile, which prefetches each row's
+ * lines in the next tiles (it->v_next, NT tiles ahead) into L2. The rows
+ * past n are not read (p is 0 there, but an f16 row may hold Inf, and
+ * 0 x Inf would poison acc). */
+static void pv_f16(int G, int d, int T, int n, const float *p, const kvq_attn_itiles *it, float *acc) {
+    for (int i = 0; i < it->NT && n > i * T; i++) {
+        const kvq_attn_rows v = {it->v[i], 2 * (size_t)d, NULL, KVQ_FMT_F16, it->v_next[i]};
+        kvq_attn_rows_pv_avx512(G, d, n - i * T < T ? n - i * T : T, it->NT * T, p + i * T, &v, acc);
     }
 }
 
@@ -582,14 +549,11 @@ typedef void (*pv_fn)(int d, int T, int n, const float *p, const kvq_attn_itiles
         } else if (d == 64 && T == 32) scores(KIND, G, 2, 32, n, q, it, s);                                  \
         else scores(KIND, G, d / 32, T, n, q, it, s);                                                        \
     }
-/* f16 V: 64-dim slices (BB 2) while 4 BB G accumulators fit the registers, as fused_pv. */
 #define VNNI_PV(KIND, G)                                                                                     \
     KVQ_TARGET_AVX512VNNI static void pv_##KIND##_##G(int d, int T, int n, const float *p,                  \
                                                       const kvq_attn_itiles *it, float *acc) {               \
         if (KIND == KVQ_ITILE_F16) {                                                                         \
-            if (d == 64 && T == 32) pv_f16(G, G <= 4 ? 2 : 1, 64, 32, n, p, it, acc);                        \
-            else if (G <= 4 && d % 64 == 0) pv_f16(G, 2, d, T, n, p, it, acc);                              \
-            else pv_f16(G, 1, d, T, n, p, it, acc);                                                          \
+            pv_f16(G, d, T, n, p, it, acc);                                                                  \
         } else if (KIND >= KVQ_ITILE_ROT2) {                                                                 \
             const int G1 = G < 4 ? G : 4, G2 = G - G1; /* pv_rot takes 4 heads at most */                   \
             if (d == 64 && T == 32) {                                                                        \
