@@ -139,7 +139,7 @@ typedef struct run_ctx {
     int in_place;      /* the fused kernel reads the tiles' rows in place (see FUSED_MAX_QUERIES) */
     int vnni;          /* the integer kernel reads the interleaved tiles in place (same rule) */
     int k_kind, v_kind; /* KVQ_ITILE_* of the K / V tiles, when vnni */
-    uint8_t icodes[2][16]; /* K / V code tables of the integer kernel (kvq_attn_itiles.lut) */
+    uint8_t icodes[2][256]; /* K / V code tables of the integer kernel (kvq_attn_itiles.lut) */
     float iunit[2];        /* K / V: their step (kvq_attn_itiles.unit) */
     float lut[2][16];  /* K / V row tables (kvq_attn_rows.lut) */
     const float *qd;   /* (n_q, n_head, head_dim) scaled, in the K domain */
@@ -342,11 +342,22 @@ static int itile_code_off(int kind) {
  * value of one step of its codes: iq4_nl's int8 codebook as it is; the
  * rotated codecs' centroids in the int8 steps their codec chose once
  * (kvq_rot_state.step_code). */
-static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[16], float *unit) {
+static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[256], float *unit) {
     *unit = 1.0f;
-    memset(codes, 0, 16);
+    memset(codes, 0, 256);
     if (kind == KVQ_ITILE_IQ4_NL) {
         for (int j = 0; j < 16; j++) codes[j] = (uint8_t)(kvq_iq4nl_values[j] + 128);
+    } else if (kind == KVQ_ITILE_ROT3) {
+        /* 4 tables of 64 (decode_vnni.c rot3_slot): the index in bits 0-2,
+         * 3-5, 2-4, and 2-3 with 5 */
+        const kvq_rot_state *st = c->state;
+        for (int i = 0; i < 64; i++) {
+            codes[i] = st->step_code[i & 7];
+            codes[64 + i] = st->step_code[(i >> 3) & 7];
+            codes[128 + i] = st->step_code[(i >> 2) & 7];
+            codes[192 + i] = st->step_code[((i >> 2) & 3) | ((i >> 3) & 4)];
+        }
+        *unit = st->step;
     } else if (kind >= KVQ_ITILE_ROT2 && kind <= KVQ_ITILE_ROT4) {
         const kvq_rot_state *st = c->state;
         memcpy(codes, st->step_code, 16);

@@ -359,25 +359,54 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
 
 /* ------------------------------------------------------- rotated codecs */
 
-static inline int rot_bits(int KIND) { return KIND - KVQ_ITILE_ROT2 + 2; }
+/* The 3-bit kind decoded with AVX512-VBMI's vpermb (where
+ * kvq_cpu_has_vbmi()): a kernel variant, not a tile kind. */
+enum { ROT3_VBMI = KVQ_ITILE_COUNT };
+static inline int rot_bits(int KIND) { return KIND == ROT3_VBMI ? 3 : KIND - KVQ_ITILE_ROT2 + 2; }
 
-/* u8 codes (index -> table) of dims 4k.. of the vector(s) holding the b-bit
- * indices of 4 dims per dword (tile_layout.c): b = 4 nibbles (k even low,
- * odd high), b = 2 bit pairs (k = 0..3), b = 3 the pair of lo[k / 4]
- * (k = 0..7) and bit k of hi, moved to bit 2. One ternlog merges the two
- * (C ? A : B per bit, C = 0x03). */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot_codes(const int b, int k, __m512i lo, __m512i hi,
-                                                                 int hi_bit, __m512i lut) {
-    __m512i x;
-    if (b == 4) {
-        x = _mm512_and_si512(k & 1 ? _mm512_srli_epi16(lo, 4) : lo, _mm512_set1_epi8(0x0F));
-    } else if (b == 2) {
-        x = _mm512_and_si512(k ? _mm512_srli_epi16(lo, 2 * k) : lo, _mm512_set1_epi8(0x03));
-    } else {
-        const __m512i l2 = k % 4 ? _mm512_srli_epi16(lo, 2 * (k % 4)) : lo;
-        x = _mm512_ternarylogic_epi32(l2, _mm512_and_si512(bit_to(hi, hi_bit, 2), _mm512_set1_epi8(0x04)),
-                                      _mm512_set1_epi8(0x03), 0xE4);
+/* vpermb: byte i = table byte (idx byte i & 63). Inline asm rather than the
+ * intrinsic: one kernel body serves the VBMI variant and the VNNI-only one,
+ * and the intrinsic's target check rejects it in the latter even in a dead
+ * branch. Only the VBMI variant runs it. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i vpermb(__m512i idx, __m512i table) {
+    __m512i r;
+    __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(idx), "v"(table));
+    return r;
+}
+
+/* u8 codes of slot s of 3-bit triples v[0..2] (tile_layout.c rot3_walk:
+ * slot s < 6 in bits 3 (s % 2).. of v[s / 2]; 6 and 7 in bits 6-7 of
+ * v[s - 6], their third bit bit s of v[2]). With VBMI, vpermb reads 6
+ * index bits: slots 0..5 are one lookup each (tab[0]: index bits 0-2,
+ * tab[1]: 3-5); 6 and 7 merge v[s - 6] >> 4 (bits 2-3) with
+ * top = v[2] >> 2 (bits 4, 5; tab[2], tab[3]). Without, vpshufb (4 index
+ * bits, bit 7 zeroes; tab[0]'s lanes are the 8 codes twice) after each
+ * slot is cut to its 3 bits. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot3_slot(const int VBMI, int s, const __m512i v[3],
+                                                                  __m512i top, const __m512i tab[4]) {
+    if (VBMI) {
+        if (s < 6) return vpermb(v[s / 2], tab[s % 2]);
+        return vpermb(_mm512_ternarylogic_epi32(_mm512_srli_epi16(v[s - 6], 4), top, _mm512_set1_epi8(0x0C), 0xE4),
+                      tab[s - 4]);
     }
+    const __m512i x = s < 6 ? (s % 2 ? _mm512_srli_epi16(v[s / 2], 3) : v[s / 2])
+                            : _mm512_ternarylogic_epi32(_mm512_srli_epi16(v[s - 6], 6), _mm512_srli_epi16(v[2], (unsigned)(s - 2)),
+                                                        _mm512_set1_epi8(0x03), 0xE4);
+    return _mm512_shuffle_epi8(tab[0], _mm512_and_si512(x, _mm512_set1_epi8(7)));
+}
+
+/* The four tables of rot3_slot from 8 codes at lut (tab 64 bytes each,
+ * decode.c itile_codes writes them). */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void rot3_tables(const uint8_t *lut, __m512i tab[4]) {
+    for (int i = 0; i < 4; i++) tab[i] = _mm512_loadu_si512(lut + 64 * i);
+}
+
+/* u8 codes (index -> table) of dims 4k.. of the vector z holding the b-bit
+ * indices of 4 dims per dword (tile_layout.c): b = 4 nibbles (k even low,
+ * odd high), b = 2 bit pairs (k = 0..3). b = 3: rot3_slot. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot_codes(const int b, int k, __m512i z, __m512i lut) {
+    const __m512i x = b == 4 ? _mm512_and_si512(k & 1 ? _mm512_srli_epi16(z, 4) : z, _mm512_set1_epi8(0x0F))
+                             : _mm512_and_si512(k ? _mm512_srli_epi16(z, 2 * k) : z, _mm512_set1_epi8(0x03));
     return _mm512_shuffle_epi8(lut, x);
 }
 
@@ -388,7 +417,10 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
                                                                float *s) {
     const int b = rot_bits(KIND), ST = it->NT * T;
     const size_t codes = 2 * (size_t)d * b, gb = codes + 32;
-    const __m512i lut = lane_lut(it->lut[0]);
+    const int VBMI = KIND == ROT3_VBMI;
+    __m512i lut = _mm512_setzero_si512(), tab[4];
+    if (b == 3) rot3_tables(it->lut[0], tab);
+    else lut = lane_lut(it->lut[0]);
     __m512 qs[KVQ_ATTN_MAX_G];
 #pragma GCC unroll 8
     for (int g = 0; g < G; g++) qs[g] = _mm512_set1_ps(q[g].scale[0] * it->unit[0]);
@@ -401,12 +433,13 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
         for (int g = 0; g < G; g++) a[g] = _mm512_set1_epi32(q[g].off_all);
         if (b == 3) {
 #pragma GCC unroll 2
-            for (int c = 0; c < d / 32; c++) {
-                const __m512i l0 = load_line(grp, pg, 64 * (size_t)(3 * c)), l1 = load_line(grp, pg, 64 * (size_t)(3 * c + 1));
-                const __m512i hi = load_line(grp, pg, 64 * (size_t)(3 * c + 2));
+            for (int c = 0; c < d / 32; c++) { /* slot k: dims 32c + 4k.. */
+                const __m512i v[3] = {load_line(grp, pg, 64 * (size_t)(3 * c)), load_line(grp, pg, 64 * (size_t)(3 * c + 1)),
+                                      load_line(grp, pg, 64 * (size_t)(3 * c + 2))};
+                const __m512i top = _mm512_srli_epi16(v[2], 2);
 #pragma GCC unroll 8
                 for (int k = 0; k < 8; k++) {
-                    const __m512i x = rot_codes(3, k, k < 4 ? l0 : l1, hi, k, lut);
+                    const __m512i x = rot3_slot(VBMI, k, v, top, tab);
 #pragma GCC unroll 8
                     for (int g = 0; g < G; g++)
                         a[g] = _mm512_dpbusd_epi32(a[g], x, _mm512_set1_epi32(ld32(q[g].q[0] + 32 * c + 4 * k)));
@@ -417,7 +450,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
             for (int m = 0; m < d / dims; m++) {
                 const __m512i z = load_line(grp, pg, 64 * (size_t)m);
                 for (int k = 0; k < per; k++) {
-                    const __m512i x = rot_codes(b, k, z, z, 0, lut);
+                    const __m512i x = rot_codes(b, k, z, lut);
 #pragma GCC unroll 8
                     for (int g = 0; g < G; g++)
                         a[g] = _mm512_dpbusd_epi32(a[g], x, _mm512_set1_epi32(ld32(q[g].q[0] + dims * m + 4 * k)));
@@ -454,7 +487,10 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
         corr[g] = -128 * round_p(p + g * ST, vs, NT, T, 0, pq[g], &sp[g]);
         sp[g] *= it->unit[1];
     }
-    const __m512i lut = lane_lut(it->lut[1]);
+    const int VBMI = KIND == ROT3_VBMI;
+    __m512i lut = _mm512_setzero_si512(), tab[4];
+    if (b == 3) rot3_tables(it->lut[1], tab);
+    else lut = lane_lut(it->lut[1]);
     /* 64 dims per pass (b = 4: two blocks of 32), one vector each (b = 3: per
      * octet of tokens, 3 vectors for its 2 quads). */
     const size_t quad_bytes = (size_t)d * b / 2; /* 4 tokens */
@@ -471,16 +507,16 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
 #pragma GCC unroll 2
             for (int o = 0; o < T / 8; o++) {
                 const size_t at = (size_t)o * 2 * quad_bytes + 64 * 3 * (size_t)c;
-                const __m512i l[2] = {load_line(vt, pf, at), load_line(vt, pf, at + 64)};
-                const __m512i hi = load_line(vt, pf, at + 128);
+                const __m512i v[3] = {load_line(vt, pf, at), load_line(vt, pf, at + 64), load_line(vt, pf, at + 128)};
+                const __m512i top = _mm512_srli_epi16(v[2], 2);
 #pragma GCC unroll 2
-                for (int h = 0; h < 2; h++) {
+                for (int h = 0; h < 2; h++) { /* quad h: slots 4h + k, dims 64c + 16k.. */
                     __m512i pb[4];
 #pragma GCC unroll 4
                     for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g][i * T + 8 * o + 4 * h]));
 #pragma GCC unroll 4
                     for (int k = 0; k < 4; k++) {
-                        const __m512i x = rot_codes(3, k, l[h], hi, 2 * k + h, lut);
+                        const __m512i x = rot3_slot(VBMI, 4 * h + k, v, top, tab);
 #pragma GCC unroll 4
                         for (int g = 0; g < G; g++) a[g][k] = _mm512_dpbusd_epi32(a[g][k], x, pb[g]);
                     }
@@ -495,7 +531,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
                 for (int w = 0; w < (b == 4 ? U / 2 : 1); w++) { /* vectors of this pass */
                     const __m512i z = load_line(vt, pf, (size_t)j * quad_bytes + 64 * ((b == 4 ? 2 : 1) * (size_t)c + w));
                     for (int k = 0; k < (b == 4 ? 2 : 4); k++) {
-                        const __m512i x = rot_codes(b, k, z, z, 0, lut);
+                        const __m512i x = rot_codes(b, k, z, lut);
 #pragma GCC unroll 4
                         for (int g = 0; g < G; g++)
                             a[g][(b == 4 ? 2 * w : 0) + k] = _mm512_dpbusd_epi32(a[g][(b == 4 ? 2 * w : 0) + k], x, pb[g]);
@@ -578,6 +614,7 @@ VNNI_FNS(6)
 VNNI_FNS(7)
 VNNI_FNS(8)
 VNNI_GS(VNNI_PV, 9) /* f16 V rows: no K kind */
+VNNI_FNS(10)        /* ROT3_VBMI */
 #define VNNI_ROW(F, KIND) {F##_##KIND##_1, F##_##KIND##_2, F##_##KIND##_3, F##_##KIND##_4, \
                            F##_##KIND##_5, F##_##KIND##_6, F##_##KIND##_7, F##_##KIND##_8}
 
@@ -587,16 +624,20 @@ KVQ_TARGET_AVX512VNNI void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_a
                        KVQ_ITILE_Q5_0 == 4 && KVQ_ITILE_Q5_1 == 5 && KVQ_ITILE_ROT2 == 6 && KVQ_ITILE_ROT3 == 7 &&
                        KVQ_ITILE_ROT4 == 8 && KVQ_ITILE_F16 == 9 && KVQ_ITILE_COUNT == 10 && KVQ_ITILE_K_COUNT == 9,
                    "table order");
-    static const scores_fn score_table[KVQ_ITILE_K_COUNT][KVQ_ATTN_MAX_G] = {
+    /* the last row of each: ROT3_VBMI */
+    static const scores_fn score_table[KVQ_ITILE_K_COUNT + 1][KVQ_ATTN_MAX_G] = {
         VNNI_ROW(scores, 0), VNNI_ROW(scores, 1), VNNI_ROW(scores, 2), VNNI_ROW(scores, 3), VNNI_ROW(scores, 4),
-        VNNI_ROW(scores, 5), VNNI_ROW(scores, 6), VNNI_ROW(scores, 7), VNNI_ROW(scores, 8)};
-    static const pv_fn pv_table[KVQ_ITILE_COUNT][KVQ_ATTN_MAX_G] = {
-        VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2), VNNI_ROW(pv, 3), VNNI_ROW(pv, 4),
-        VNNI_ROW(pv, 5), VNNI_ROW(pv, 6), VNNI_ROW(pv, 7), VNNI_ROW(pv, 8), VNNI_ROW(pv, 9)};
+        VNNI_ROW(scores, 5), VNNI_ROW(scores, 6), VNNI_ROW(scores, 7), VNNI_ROW(scores, 8), VNNI_ROW(scores, 10)};
+    static const pv_fn pv_table[KVQ_ITILE_COUNT + 1][KVQ_ATTN_MAX_G] = {
+        VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2), VNNI_ROW(pv, 3), VNNI_ROW(pv, 4), VNNI_ROW(pv, 5),
+        VNNI_ROW(pv, 6), VNNI_ROW(pv, 7), VNNI_ROW(pv, 8), VNNI_ROW(pv, 9), VNNI_ROW(pv, 10)};
+    const int vbmi = kvq_cpu_has_vbmi();
+    const int kk = t->k_kind == KVQ_ITILE_ROT3 && vbmi ? KVQ_ITILE_K_COUNT : t->k_kind;
+    const int vk = t->v_kind == KVQ_ITILE_ROT3 && vbmi ? KVQ_ITILE_COUNT : t->v_kind;
     _Alignas(64) float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE]; /* (G, NT T) */
-    score_table[t->k_kind][G - 1](d, t->T, n, q, t, s);
+    score_table[kk][G - 1](d, t->T, n, q, t, s);
     softmax_update(G, d, t->NT * t->T, s, m, l, acc);
-    pv_table[t->v_kind][G - 1](d, t->T, n, s, t, acc);
+    pv_table[vk][G - 1](d, t->T, n, s, t, acc);
 }
 #undef VNNI_ROW
 #undef VNNI_FNS

@@ -30,21 +30,32 @@ static kvq_isa detect(void) {
     return KVQ_ISA_AVX2;
 }
 
-static int detect_vnni(void) {
+/* CPUID.7.0:ECX bit `bit` on a machine with the AVX-512 path. */
+static int detect_avx512_ecx(int bit) {
     unsigned a, b, c, d;
     if (detect() != KVQ_ISA_AVX512 || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    return (c >> 11) & 1;
+    return (c >> bit) & 1;
 }
 #else
 static kvq_isa detect(void) { return KVQ_ISA_REF; }
-static int detect_vnni(void) { return 0; }
+static int detect_avx512_ecx(int bit) { return 0; }
 #endif
 
 int kvq_cpu_has_vnni(void) {
     static volatile int cached = -1;
-    if (cached < 0) cached = detect_vnni();
+    if (cached < 0) cached = detect_avx512_ecx(11);
     return cached;
 }
+
+static volatile int vbmi_off;
+
+int kvq_cpu_has_vbmi(void) {
+    static volatile int cached = -1;
+    if (cached < 0) cached = detect_avx512_ecx(1);
+    return cached && !vbmi_off;
+}
+
+void kvq_cpu_vbmi_off(int off) { vbmi_off = off; }
 
 kvq_isa kvq_isa_detected(void) {
     /* Racing first calls compute the same value; the store is idempotent. */

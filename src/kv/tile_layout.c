@@ -31,13 +31,12 @@
  * lanes, the bits of one byte spread over dims (rot_walk below):
  *   K, per group of 16 tokens: b = 4 as q4_0 (vector m = i / 8); b = 2:
  *   vector m = i / 16, byte 4t + j bits 2k.. = k(t, 16m + 4k + j); b = 3:
- *   per 32 dims c, vectors 3c and 3c + 1 hold the low 2 bits as b = 2 does
- *   for dims 32c + 16h.., vector 3c + 2 byte 4t + j bit k = bit 2 of
- *   k(t, 32c + 4k + j); then the 16 row scales.
+ *   per 32 dims c, vectors 3c.. 3c + 2 hold byte triples (rot3_walk: eight
+ *   slots of 3 bits in 3 bytes), slot s of byte 4t + j = k(t, 32c + 4s + j);
+ *   then the 16 row scales.
  *   V: b = 4 as q4_0; b = 2: per quad j and 64 dims c, byte 4l + i bits 2k..
  *   = k(4j + i, 64c + 16k + l); b = 3: per octet o of tokens and 64 dims c,
- *   vectors 3(o NC + c) + h (h = 0, 1: quad 2o + h) the low 2 bits as b = 2,
- *   vector 3(o NC + c) + 2 byte 4l + i bit 2k + h = bit 2 of
+ *   vectors 3(o NC + c).. byte triples, slot 4h + k of byte 4l + i =
  *   k(8o + 4h + i, 64c + 16k + l); then the T row scales.
  * Packing (every flush) runs direct loops; unpacking one row (truncate,
  * kvq_kv_read, sessions) asks code_place where each value lives (ggml) or
@@ -65,6 +64,28 @@ int kvq_kv_interleavable(const kvq_codec *c) {
 
 /* Tokens a walk covers at once: a K group, a V octet. */
 static inline int rot_span(int side) { return side == 0 ? 16 : 8; }
+
+/* The 3-bit layout's byte triple (p[0], p[64], p[128]) of eight slots'
+ * indices, slot s at e[(s / 4) step4 + (s % 4) step]: slots 0..5 in bits
+ * 3 (s % 2).. of byte s / 2; slots 6 and 7 their low two bits in bits 6-7
+ * of bytes 0 and 1, their third bit in bits 6 and 7 of byte 2. The VNNI
+ * kernel reads slots 0..5 with one table lookup each (vpermb takes 6 index
+ * bits; decode_vnni.c rot3_slot), 6 and 7 after one merge. write = 1
+ * builds the bytes from e, 0 reads e back. */
+static KVQ_ALWAYS_INLINE void rot3_walk(uint8_t *p, uint8_t *e, size_t step, size_t step4, const int write) {
+    uint8_t *v[8];
+    for (int s = 0; s < 8; s++) v[s] = e + (s / 4) * step4 + (s % 4) * step;
+    if (write) {
+        p[0] = (uint8_t)(*v[0] | *v[1] << 3 | (*v[6] & 3) << 6);
+        p[64] = (uint8_t)(*v[2] | *v[3] << 3 | (*v[7] & 3) << 6);
+        p[128] = (uint8_t)(*v[4] | *v[5] << 3 | (*v[6] >> 2) << 6 | (*v[7] >> 2) << 7);
+    } else {
+        const unsigned u[3] = {p[0], p[64], p[128]};
+        for (int s = 0; s < 6; s++) *v[s] = (uint8_t)((u[s / 2] >> 3 * (s % 2)) & 7);
+        *v[6] = (uint8_t)(u[0] >> 6 | ((u[2] >> 6) & 1) << 2);
+        *v[7] = (uint8_t)(u[1] >> 6 | (u[2] >> 7) << 2);
+    }
+}
 
 /* Moves the indices idx (span, d) of tokens [span g, span (g + 1)) between
  * the codes of a tile (codes: the tile's start) and idx: write = 1 builds
@@ -97,26 +118,22 @@ static KVQ_ALWAYS_INLINE void rot_walk(const int b, const int side, int d, int g
                                  for (int k = 0; k < 4; k++) e[4 * k] = (u_ >> 2 * k) & 3);
                     }
                 } else {
-                    for (int c = 0; c < d / 32; c++) {
-                        uint8_t *e = x + 32 * c + j;
-                        for (int h = 0; h < 2; h++) {
-                            uint8_t *f = e + 16 * h;
-                            ROT_BYTE(base + 64 * (size_t)(3 * c + h) + 4 * t + j,
-                                     (f[0] & 3) | (f[4] & 3) << 2 | (f[8] & 3) << 4 | (f[12] & 3) << 6,
-                                     for (int k = 0; k < 4; k++) f[4 * k] = (u_ >> 2 * k) & 3);
-                        }
-                        unsigned hb = 0;
-                        if (write)
-                            for (int k = 0; k < 8; k++) hb |= (unsigned)(e[4 * k] >> 2) << k;
-                        ROT_BYTE(base + 64 * (size_t)(3 * c + 2) + 4 * t + j, hb,
-                                 for (int k = 0; k < 8; k++) e[4 * k] |= (uint8_t)(((u_ >> k) & 1) << 2));
-                    }
+                    for (int c = 0; c < d / 32; c++) /* slot k: dims 32c + 4k + j */
+                        rot3_walk(base + 64 * (size_t)(3 * c) + 4 * t + j, x + 32 * c + j, 4, 16, write);
                 }
             }
         }
         return;
     }
     uint8_t *base = codes + (size_t)g * 8 * d * b / 8;
+    if (b == 3) { /* slot 4h + k: quad h, dims 64c + 16k + l */
+        for (int c = 0; c < d / 64; c++)
+            for (int l = 0; l < 16; l++)
+                for (int i = 0; i < 4; i++)
+                    rot3_walk(base + 64 * (3 * (size_t)c) + 4 * l + i, idx + (size_t)i * d + 64 * c + l, 16,
+                              (size_t)4 * d, write);
+        return;
+    }
     for (int h = 0; h < 2; h++) /* quad 2g + h */
         for (int i = 0; i < 4; i++) {
             uint8_t *x = idx + (size_t)(4 * h + i) * d;
@@ -125,40 +142,16 @@ static KVQ_ALWAYS_INLINE void rot_walk(const int b, const int side, int d, int g
                     for (int c = 0; c < d / 32; c++)
                         ROT_BYTE(base + 64 * ((size_t)h * (d / 32) + c) + 4 * l + i, x[32 * c + l] | x[32 * c + 16 + l] << 4,
                                  (x[32 * c + l] = u_ & 15, x[32 * c + 16 + l] = u_ >> 4));
-                } else if (b == 2) {
+                } else {
                     for (int c = 0; c < d / 64; c++) {
                         uint8_t *e = x + 64 * c + l;
                         ROT_BYTE(base + 64 * ((size_t)h * (d / 64) + c) + 4 * l + i,
                                  e[0] | e[16] << 2 | e[32] << 4 | e[48] << 6,
                                  for (int k = 0; k < 4; k++) e[16 * k] = (u_ >> 2 * k) & 3);
                     }
-                } else {
-                    for (int c = 0; c < d / 64; c++) {
-                        uint8_t *e = x + 64 * c + l;
-                        ROT_BYTE(base + 64 * (3 * (size_t)c + h) + 4 * l + i,
-                                 (e[0] & 3) | (e[16] & 3) << 2 | (e[32] & 3) << 4 | (e[48] & 3) << 6,
-                                 for (int k = 0; k < 4; k++) e[16 * k] = (u_ >> 2 * k) & 3);
-                    }
                 }
             }
         }
-    if (b == 3) /* the high bits: both quads' in one byte, after the low bits are read */
-        for (int c = 0; c < d / 64; c++)
-            for (int l = 0; l < 16; l++)
-                for (int i = 0; i < 4; i++) {
-                    uint8_t *p = base + 64 * (3 * (size_t)c + 2) + 4 * l + i;
-                    if (write) {
-                        unsigned hb = 0;
-                        for (int h = 0; h < 2; h++)
-                            for (int k = 0; k < 4; k++)
-                                hb |= (unsigned)(idx[(size_t)(4 * h + i) * d + 64 * c + 16 * k + l] >> 2) << (2 * k + h);
-                        *p = (uint8_t)hb;
-                    } else {
-                        for (int h = 0; h < 2; h++)
-                            for (int k = 0; k < 4; k++)
-                                idx[(size_t)(4 * h + i) * d + 64 * c + 16 * k + l] |= (uint8_t)(((*p >> (2 * k + h)) & 1) << 2);
-                    }
-                }
 #undef ROT_BYTE
 }
 

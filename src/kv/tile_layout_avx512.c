@@ -98,6 +98,25 @@ static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE __m512i bytes_srl(__m512i v, int n, i
     return _mm512_and_si512(_mm512_srli_epi32(v, (unsigned)n), _mm512_set1_epi8((char)mask));
 }
 
+/* Slots e (dword 0) and 4 + e (dword 1) of 3-bit triples, one index per
+ * byte, from x whose dwords 0..2 in each 128-bit lane are a token's bytes
+ * of the triple (tile_layout.c rot3_walk): slot s < 6 is bits 3 (s % 2)..
+ * of dword s / 2, slot 6 (7) bits 6-7 of dword 0 (1) and bit 6 (7) of
+ * dword 2. */
+static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE __m512i rot3_fields(__m512i x, int e) {
+    const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const int top = e >= 2; /* slot 4 + e: 6 or 7 */
+    const __m512i src = _mm512_permutexvar_epi32(_mm512_add_epi32(lane, _mm512_set4_epi32(3, 3, top ? e - 2 : 2, e / 2)), x);
+    __m512i f = _mm512_and_si512(_mm512_srlv_epi32(src, _mm512_set4_epi32(0, 0, top ? 6 : 3 * e, 3 * (e % 2))),
+                                 _mm512_set4_epi32(0, 0, top ? 0x03030303 : 0x07070707, 0x07070707));
+    if (top) {
+        const __m512i b2 = _mm512_permutexvar_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(2)), x);
+        f = _mm512_or_si512(f, _mm512_and_si512(_mm512_srlv_epi32(b2, _mm512_set4_epi32(0, 0, e + 2, 0)),
+                                                _mm512_set4_epi32(0, 0, 0x04040404, 0)));
+    }
+    return f;
+}
+
 /* Codes of K group g (16 tokens, dims 32-dim block at a time) of kind
  * (b = 0 for the ggml q4_0 / iq4_nl nibbles, 8 for q8_0, else rotated bits). */
 static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void k_group(const int b, const uint8_t *grp, int d, __m512 tab,
@@ -139,21 +158,14 @@ static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void k_group(const int b, const uint8
                         emit(0, 0, f[m], L, tab, sc_of_block[4 * L + k], y + (size_t)(4 * L + k) * d + 64 * c + 16 * m);
             }
         }
-    } else { /* b == 3: per 32 dims c, vectors 3c + h low bits of dims 16h + 4k + j, 3c + 2 bit k: dim 4k + j */
+    } else { /* b == 3: per 32 dims c, vectors 3c.. a triple per byte, slot k: dims 4k + j (rot3_walk) */
         for (int c = 0; c < d / 32; c++) {
             __m512i o[4];
             transpose4(VEC(3 * c), VEC(3 * c + 1), VEC(3 * c + 2), zero, o);
-            /* dword 2 (high bits) under dwords 0 and 1, shifted by 0 and 4: bit k of a
-             * byte then serves dims 4k + j and 16 + 4k + j. */
-            const __m512i hshift = _mm512_setr_epi32(0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0);
             for (int k = 0; k < 4; k++) {
-                const __m512i h = _mm512_srlv_epi32(_mm512_shuffle_epi32(o[k], _MM_PERM_CCCC), hshift);
-                __m512i f[4];
-                for (int e = 0; e < 4; e++)
-                    f[e] = _mm512_or_si512(bytes_srl(o[k], 2 * e, 3),
-                                           _mm512_slli_epi32(bytes_srl(h, e, 1), 2));
-                __m512i r[4];
-                transpose4(f[0], f[1], f[2], f[3], r); /* r[h]: dims 16h.. of token 4L + k */
+                __m512i f[4], r[4];
+                for (int e = 0; e < 4; e++) f[e] = rot3_fields(o[k], e);
+                transpose4(f[0], f[1], f[2], f[3], r); /* r[hh]: dims 16hh.. of token 4L + k */
                 for (int hh = 0; hh < 2; hh++)
                     for (int L = 0; L < 4; L++)
                         emit(0, 0, r[hh], L, tab, sc_of_block[4 * L + k], y + (size_t)(4 * L + k) * d + 32 * c + 16 * hh);
@@ -306,21 +318,26 @@ static KVQ_TARGET_AVX512 KVQ_ALWAYS_INLINE void decode_v(const int b, const kvq_
         float s[8];
         for (int i = 0; i < 8; i++) s[i] = kvq_f16_to_f32(kvq_load_u16(scales + 2 * ((size_t)8 * o + i)));
         for (int c = 0; c < nc; c++) {
-            __m512i x[2], hb = _mm512_setzero_si512();
             if (b == 2) {
-                for (int h = 0; h < 2; h++) x[h] = quad_tokens(tile + 64 * ((size_t)(2 * o + h) * nc + c));
-            } else {
-                const uint8_t *v3 = tile + 64 * 3 * ((size_t)o * nc + c);
-                for (int h = 0; h < 2; h++) x[h] = quad_tokens(v3 + 64 * h);
-                hb = quad_tokens(v3 + 128); /* byte l bit 2k + h: quad h, dim 16k + l */
-            }
-            for (int h = 0; h < 2; h++)
-                for (int k = 0; k < 4; k++) {
-                    __m512i f = bytes_srl(x[h], 2 * k, 3);
-                    if (b == 3) f = _mm512_or_si512(f, _mm512_slli_epi32(bytes_srl(hb, 2 * k + h, 1), 2));
-                    for (int i = 0; i < 4; i++)
-                        emit(0, 0, f, i, tab, s[4 * h + i], y + (size_t)(8 * o + 4 * h + i) * d + 64 * c + 16 * k);
+                for (int h = 0; h < 2; h++) {
+                    const __m512i x = quad_tokens(tile + 64 * ((size_t)(2 * o + h) * nc + c));
+                    for (int k = 0; k < 4; k++)
+                        for (int i = 0; i < 4; i++)
+                            emit(0, 0, bytes_srl(x, 2 * k, 3), i, tab, s[4 * h + i],
+                                 y + (size_t)(8 * o + 4 * h + i) * d + 64 * c + 16 * k);
                 }
+                continue;
+            }
+            /* b = 3: slot 4h + k (quad h, dims 16k..) of the triple (rot3_walk) */
+            const uint8_t *v3 = tile + 64 * 3 * ((size_t)o * nc + c);
+            const __m512i x[3] = {quad_tokens(v3), quad_tokens(v3 + 64), quad_tokens(v3 + 128)};
+            for (int sl = 0; sl < 8; sl++) {
+                const __m512i f = sl < 6 ? bytes_srl(x[sl / 2], 3 * (sl % 2), 7)
+                                         : _mm512_or_si512(bytes_srl(x[sl - 6], 6, 3),
+                                                           _mm512_slli_epi32(bytes_srl(x[2], sl, 1), 2));
+                for (int i = 0; i < 4; i++)
+                    emit(0, 0, f, i, tab, s[4 * (sl / 4) + i], y + (size_t)(8 * o + 4 * (sl / 4) + i) * d + 64 * c + 16 * (sl % 4));
+            }
         }
     }
 }
@@ -441,16 +458,13 @@ static PACK_TARGET KVQ_ALWAYS_INLINE void pack_k_group(const int b, int d, const
                                     _mm512_or_si512(_mm512_or_si512(D[4 * u], shl(D[4 * u + 1], 2)),
                                                     _mm512_or_si512(shl(D[4 * u + 2], 4), shl(D[4 * u + 3], 6))));
         } else {
-            for (int cc = 0; cc < 2; cc++) {
-                const int c = 2 * q + cc; /* 32 dims */
-                __m512i hi = _mm512_setzero_si512();
-                for (int h = 0; h < 2; h++) {
-                    __m512i lo = _mm512_setzero_si512();
-                    for (int k = 0; k < 4; k++) lo = _mm512_or_si512(lo, shl(low2(D[8 * cc + 4 * h + k]), 2 * k));
-                    _mm512_storeu_si512(grp + 64 * (size_t)(3 * c + h), lo);
-                }
-                for (int k = 0; k < 8; k++) hi = _mm512_or_si512(hi, shl(bit2(D[8 * cc + k]), k));
-                _mm512_storeu_si512(grp + 64 * (size_t)(3 * c + 2), hi);
+            for (int cc = 0; cc < 2; cc++) { /* 32 dims c = 2q + cc: slot k is D[8 cc + k] (tile_layout.c rot3_walk) */
+                const __m512i *e = D + 8 * cc;
+                uint8_t *v = grp + 64 * (size_t)(3 * (2 * q + cc));
+                _mm512_storeu_si512(v, _mm512_or_si512(_mm512_or_si512(e[0], shl(e[1], 3)), shl(low2(e[6]), 6)));
+                _mm512_storeu_si512(v + 64, _mm512_or_si512(_mm512_or_si512(e[2], shl(e[3], 3)), shl(low2(e[7]), 6)));
+                _mm512_storeu_si512(v + 128, _mm512_or_si512(_mm512_or_si512(e[4], shl(e[5], 3)),
+                                                             _mm512_or_si512(shl(bit2(e[6]), 6), shl(bit2(e[7]), 7))));
             }
         }
     }
@@ -459,31 +473,31 @@ static PACK_TARGET KVQ_ALWAYS_INLINE void pack_k_group(const int b, int d, const
 /* V octet of 8 tokens (idx: (8, d)) -> its code vectors at base. */
 static PACK_TARGET KVQ_ALWAYS_INLINE void pack_v_octet(const int b, int d, const uint8_t *idx, uint8_t *base) {
     for (int c = 0; c < d / 64; c++) {
-        __m512i hi = _mm512_setzero_si512();
+        __m512i P[2][4];
         for (int h = 0; h < 2; h++) { /* quad h: tokens 4h.. */
-            __m512i R[4], T4[4], P[4];
+            __m512i R[4], T4[4];
             for (int i = 0; i < 4; i++) R[i] = _mm512_loadu_si512(idx + (size_t)(4 * h + i) * d + 64 * c);
             lanes4(R, T4);
-            /* P[u] byte 4l + i: token 4h + i, dim 64c + 16u + l */
-            for (int u = 0; u < 4; u++) P[u] = transpose_bytes(transpose_dwords(T4[u]));
+            /* P[h][u] byte 4l + i: token 4h + i, dim 64c + 16u + l */
+            for (int u = 0; u < 4; u++) P[h][u] = transpose_bytes(transpose_dwords(T4[u]));
             if (b == 4) {
                 for (int w = 0; w < 2; w++)
                     _mm512_storeu_si512(base + 64 * ((size_t)h * (d / 32) + 2 * c + w),
-                                        _mm512_or_si512(P[2 * w], shl(P[2 * w + 1], 4)));
+                                        _mm512_or_si512(P[h][2 * w], shl(P[h][2 * w + 1], 4)));
             } else if (b == 2) {
                 _mm512_storeu_si512(base + 64 * ((size_t)h * (d / 64) + c),
-                                    _mm512_or_si512(_mm512_or_si512(P[0], shl(P[1], 2)),
-                                                    _mm512_or_si512(shl(P[2], 4), shl(P[3], 6))));
-            } else {
-                __m512i lo = _mm512_setzero_si512();
-                for (int k = 0; k < 4; k++) {
-                    lo = _mm512_or_si512(lo, shl(low2(P[k]), 2 * k));
-                    hi = _mm512_or_si512(hi, shl(bit2(P[k]), 2 * k + h));
-                }
-                _mm512_storeu_si512(base + 64 * (3 * (size_t)c + h), lo);
+                                    _mm512_or_si512(_mm512_or_si512(P[h][0], shl(P[h][1], 2)),
+                                                    _mm512_or_si512(shl(P[h][2], 4), shl(P[h][3], 6))));
             }
         }
-        if (b == 3) _mm512_storeu_si512(base + 64 * (3 * (size_t)c + 2), hi);
+        if (b == 3) { /* slot 4h + u is P[h][u] (tile_layout.c rot3_walk) */
+            const __m512i *e = P[0];
+            uint8_t *v = base + 64 * (3 * (size_t)c);
+            _mm512_storeu_si512(v, _mm512_or_si512(_mm512_or_si512(e[0], shl(e[1], 3)), shl(low2(e[6]), 6)));
+            _mm512_storeu_si512(v + 64, _mm512_or_si512(_mm512_or_si512(e[2], shl(e[3], 3)), shl(low2(e[7]), 6)));
+            _mm512_storeu_si512(v + 128, _mm512_or_si512(_mm512_or_si512(e[4], shl(e[5], 3)),
+                                                         _mm512_or_si512(shl(bit2(e[6]), 6), shl(bit2(e[7]), 7))));
+        }
     }
 }
 

@@ -426,7 +426,7 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                             } else if (bits == 2) {
                                 at = grp + 64 * (size_t)(d / 16 - 1) + 4 * t + 3;
                                 got = tile[at] >> 6;
-                            } else { /* block d / 32 - 1, k = 7: lo pair of vector 3c + 1 (bits 6-7), bit 7 of 3c + 2 */
+                            } else { /* block c = d / 32 - 1, slot 7: low bits 6-7 of vector 3c + 1, bit 7 of 3c + 2 */
                                 at = grp + 64 * (size_t)(3 * (d / 32 - 1) + 1) + 4 * t + 3;
                                 got = (tile[at] >> 6) | (tile[grp + 64 * (size_t)(3 * (d / 32 - 1) + 2) + 4 * t + 3] >> 7) << 2;
                             }
@@ -441,9 +441,10 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                                 got = tile[at] >> 6;
                             } else {
                                 const size_t v = 3 * ((size_t)(r / 8) * (d / 64) + d / 64 - 1);
-                                const int h = (r / 4) % 2;
-                                at = 64 * (v + h) + 4 * l + ti4;
-                                got = (tile[at] >> 6) | ((tile[64 * (v + 2) + 4 * l + ti4] >> (6 + h)) & 1) << 2;
+                                /* slot 4h + 3 of quad h = 1 (T is a multiple of 16): slot 7, as K's */
+                                CHECK((r / 4) % 2 == 1);
+                                at = 64 * (v + 1) + 4 * l + ti4;
+                                got = (tile[at] >> 6) | (tile[64 * (v + 2) + 4 * l + ti4] >> 7) << 2;
                             }
                             sat = (size_t)T * d * bits / 8 + 2 * (size_t)r;
                         }
