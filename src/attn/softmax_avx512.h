@@ -11,25 +11,27 @@
 #if KVQ_HAVE_X86
 #include <immintrin.h>
 
-/* exp(x) for x <= 0, relative error ~2e-7. Below -87 the result would be
+/* exp(x) for x <= 0 (and -Inf or NaN: 0), relative error ~3e-7 near 0 and
+ * growing with |x| (t = x log2 e is rounded once: ~5e-6 at x = -87, on
+ * values 1e-38 of the largest). As 2^t = 2^n 2^f, n = round(t), 2^f by a
+ * degree-5 fit on [-1/2, 1/2] (11 operations where a Cody-Waite reduction
+ * and a degree-7 series took 15: one per score, a visible share of the
+ * integer kernel). Below t = -125 (x < -86.6) the result would be
  * denormal and every later multiply by it a microcode assist (tokens far
- * below the running max are most of a deep cache): flushed to 0 instead. */
+ * below the running max are most of a deep cache): 0 instead. */
 KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE __m512 exp16(__m512 x) {
-    const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps(normal, _mm512_scalef_ps(p, n));
+    __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    const __mmask16 normal = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
+    t = _mm512_max_ps(t, _mm512_set1_ps(-125.0f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_set1_ps(1.3275318779051304e-03f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675144217908382e-03f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550713464617729e-02f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402212768793106e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469440460205e-01f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192092896f));
+    return _mm512_maskz_scalef_ps(normal, p, n);
 }
 
 /* Online softmax over the scores s (G, np) of a tile: turns them into
