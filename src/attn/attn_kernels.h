@@ -98,7 +98,7 @@ typedef struct kvq_attn_itiles {
     const uint8_t *k[2], *v[2], *k_next[2], *v_next[2];
     int T, NT;
     int k_kind, v_kind;      /* KVQ_ITILE_* */
-    const uint8_t *lut[2];   /* K / V code tables (16; ROT3: four of 64, decode_vnni.c rot3_slot), where the kind has one */
+    const uint8_t *lut[2];   /* K / V code tables (16; ROT3 / ROT2: four / three of 64, decode_vnni.c rot_tables), where the kind has one */
     float unit[2];           /* K / V: the value of one step of a table's codes */
 } kvq_attn_itiles;
 

@@ -358,7 +358,13 @@ static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[256], float 
             codes[192 + i] = st->step_code[((i >> 2) & 3) | ((i >> 3) & 4)];
         }
         *unit = st->step;
-    } else if (kind >= KVQ_ITILE_ROT2 && kind <= KVQ_ITILE_ROT4) {
+    } else if (kind == KVQ_ITILE_ROT2) {
+        /* 3 tables of 64 (decode_vnni.c rot_codes): the index in bits 2k, 2k + 1 */
+        const kvq_rot_state *st = c->state;
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 64; i++) codes[64 * k + i] = st->step_code[(i >> 2 * k) & 3];
+        *unit = st->step;
+    } else if (kind == KVQ_ITILE_ROT4) {
         const kvq_rot_state *st = c->state;
         memcpy(codes, st->step_code, 16);
         *unit = st->step;

@@ -209,44 +209,43 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
     }
 }
 
-/* Softmax weights p (NT T) times the tokens' fp16 V scales (T at sc[i] for
- * tile i), rounded to 8 bits (s8, or u8 where U8: one bit more for q8_0's
- * non-negative scales) with step max / levels: stores the codes in out, the
- * step in *step, and returns the codes' sum (for the codes' offset
- * correction). */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE int32_t round_p(const float *p, const uint8_t *const sc[2], int NT,
-                                                              int T, const int U8, int8_t *out, float *step) {
-    __m512 mx = _mm512_setzero_ps();
+/* The fp16 values at sc[i] (T for tile i of NT) as np = NT T floats:
+ * converted once per block rather than once per head. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scales_f32(const uint8_t *const sc[2], int NT, int T, float *out) {
     for (int i = 0; i < NT; i++)
 #pragma GCC unroll 2
         for (int h = 0; h < T; h += 16)
-            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_mul_ps(
-                                       _mm512_load_ps(p + i * T + h),
-                                       _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[i] + 2 * h))))));
+            _mm512_store_ps(out + i * T + h, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[i] + 2 * h))));
+}
+
+/* Softmax weights p (np) times the tokens' V scales ds (np), rounded to 8
+ * bits (s8, or u8 where U8: one bit more for q8_0's non-negative scales)
+ * with step max / levels: stores the codes in out, the step in *step, and
+ * returns the codes' sum (for the codes' offset correction). */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE int32_t round_p(const float *p, const float *ds, int np, const int U8,
+                                                              int8_t *out, float *step) {
+    __m512 mx = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int t = 0; t < np; t += 16)
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_mul_ps(_mm512_load_ps(p + t), _mm512_load_ps(ds + t))));
     const float amax = _mm512_reduce_max_ps(mx), levels = U8 ? 255.0f : 127.0f;
     const __m512 inv = _mm512_set1_ps(amax > 0 ? levels / amax : 0.0f);
     *step = amax / levels;
     __m512i sum = _mm512_setzero_si512();
-    for (int i = 0; i < NT; i++)
-#pragma GCC unroll 2
-        for (int h = 0; h < T; h += 16) {
-            const __m512 x = _mm512_mul_ps(_mm512_load_ps(p + i * T + h),
-                                           _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[i] + 2 * h))));
-            const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv));
-            sum = _mm512_add_epi32(sum, qi);
-            _mm_store_si128((__m128i *)(out + i * T + h), U8 ? _mm512_cvtusepi32_epi8(qi) : _mm512_cvtepi32_epi8(qi));
-        }
+#pragma GCC unroll 4
+    for (int t = 0; t < np; t += 16) {
+        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(p + t), _mm512_load_ps(ds + t)), inv));
+        sum = _mm512_add_epi32(sum, qi);
+        _mm_store_si128((__m128i *)(out + t), U8 ? _mm512_cvtusepi32_epi8(qi) : _mm512_cvtepi32_epi8(qi));
+    }
     return _mm512_reduce_add_epi32(sum);
 }
 
-/* Softmax weights p (NT T) times the T fp16 values at sc[i] for tile i, summed. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE float p_dot(const float *p, const uint8_t *const sc[2], int NT, int T) {
+/* Softmax weights p (np) times the values ds (np), summed. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE float p_dot(const float *p, const float *ds, int np) {
     __m512 x = _mm512_setzero_ps();
-    for (int i = 0; i < NT; i++)
-#pragma GCC unroll 2
-        for (int h = 0; h < T; h += 16)
-            x = _mm512_fmadd_ps(_mm512_load_ps(p + i * T + h),
-                                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[i] + 2 * h))), x);
+#pragma GCC unroll 4
+    for (int t = 0; t < np; t += 16) x = _mm512_fmadd_ps(_mm512_load_ps(p + t), _mm512_load_ps(ds + t), x);
     return _mm512_reduce_add_ps(x);
 }
 
@@ -271,19 +270,23 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
     float sp[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32];
     int32_t corr[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32];
     float pm[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32]; /* sum p (m + off d): block b's dims' share of the mins */
-#pragma GCC unroll 8
-    for (int g = 0; g < G; g++)
 #pragma GCC unroll 2
-        for (int b = 0; b < nb; b++) {
-            const size_t at = scales + 2 * (size_t)b * T;
-            const uint8_t *const vs[2] = {it->v[0] + at, NT > 1 ? it->v[1] + at : NULL};
-            const int32_t sum = round_p(p + g * ST, vs, NT, T, U8, &pq[((size_t)g * nb + b) * ST], &sp[g][b]);
-            corr[g][b] = -off * sum;
-            if (has_min(KIND)) { /* m after every block's d */
-                const uint8_t *const ms[2] = {vs[0] + 2 * (size_t)nb * T, NT > 1 ? vs[1] + 2 * (size_t)nb * T : NULL};
-                pm[g][b] = p_dot(p + g * ST, ms, NT, T) + (float)off * p_dot(p + g * ST, vs, NT, T);
-            }
+    for (int b = 0; b < nb; b++) {
+        const size_t at = scales + 2 * (size_t)b * T;
+        const uint8_t *const vs[2] = {it->v[0] + at, NT > 1 ? it->v[1] + at : NULL};
+        _Alignas(64) float ds[KVQ_KV_MAX_TILE], ms[KVQ_KV_MAX_TILE];
+        scales_f32(vs, NT, T, ds);
+        if (has_min(KIND)) { /* m after every block's d */
+            const uint8_t *const vm[2] = {vs[0] + 2 * (size_t)nb * T, NT > 1 ? vs[1] + 2 * (size_t)nb * T : NULL};
+            scales_f32(vm, NT, T, ms);
         }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++) {
+            const int32_t sum = round_p(p + g * ST, ds, ST, U8, &pq[((size_t)g * nb + b) * ST], &sp[g][b]);
+            corr[g][b] = -off * sum;
+            if (has_min(KIND)) pm[g][b] = p_dot(p + g * ST, ms, ST) + (float)off * p_dot(p + g * ST, ds, ST);
+        }
+    }
     /* Blocks per pass over the tile: 2 BB accumulators per head stay in registers. */
     const int BB = G == 1 ? 8 : G == 2 ? 4 : G <= 4 ? 2 : 1;
     const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? lane_lut(it->lut[1]) : _mm512_setzero_si512();
@@ -359,10 +362,16 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
 
 /* ------------------------------------------------------- rotated codecs */
 
-/* The 3-bit kind decoded with AVX512-VBMI's vpermb (where
- * kvq_cpu_has_vbmi()): a kernel variant, not a tile kind. */
-enum { ROT3_VBMI = KVQ_ITILE_COUNT };
-static inline int rot_bits(int KIND) { return KIND == ROT3_VBMI ? 3 : KIND - KVQ_ITILE_ROT2 + 2; }
+/* The 3- and 2-bit kinds decoded with AVX512-VBMI's vpermb (where
+ * kvq_cpu_has_vbmi()): kernel variants, not tile kinds. */
+enum { ROT3_VBMI = KVQ_ITILE_COUNT, ROT2_VBMI };
+static inline int rot_bits(int KIND) {
+    return KIND == ROT3_VBMI ? 3 : KIND == ROT2_VBMI ? 2 : KIND - KVQ_ITILE_ROT2 + 2;
+}
+static inline int is_vbmi(int KIND) { return KIND >= ROT3_VBMI; }
+static inline int vbmi_variant(int kind) {
+    return kind == KVQ_ITILE_ROT3 ? ROT3_VBMI : kind == KVQ_ITILE_ROT2 ? ROT2_VBMI : kind;
+}
 
 /* vpermb: byte i = table byte (idx byte i & 63). Inline asm rather than the
  * intrinsic: one kernel body serves the VBMI variant and the VNNI-only one,
@@ -397,17 +406,27 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot3_slot(const int VBMI,
 
 /* The four tables of rot3_slot from 8 codes at lut (tab 64 bytes each,
  * decode.c itile_codes writes them). */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void rot3_tables(const uint8_t *lut, __m512i tab[4]) {
-    for (int i = 0; i < 4; i++) tab[i] = _mm512_loadu_si512(lut + 64 * i);
+/* The tables of rot3_slot (b = 3) or rot_codes (b = 2, 4): decode.c
+ * itile_codes writes four of 64 bytes for 3 bits, three for 2, one 16-byte
+ * table for 4 (in every 128-bit lane). */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void rot_tables(int b, const uint8_t *lut, __m512i tab[4]) {
+    if (b == 4) tab[0] = lane_lut(lut);
+    else
+        for (int i = 0; i < b + 1; i++) tab[i] = _mm512_loadu_si512(lut + 64 * i);
 }
 
 /* u8 codes (index -> table) of dims 4k.. of the vector z holding the b-bit
  * indices of 4 dims per dword (tile_layout.c): b = 4 nibbles (k even low,
- * odd high), b = 2 bit pairs (k = 0..3). b = 3: rot3_slot. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot_codes(const int b, int k, __m512i z, __m512i lut) {
+ * odd high), b = 2 bit pairs (k = 0..3). With VBMI (b = 2), pairs 0..2
+ * are one vpermb each through tab[k] (index bits 2k, 2k + 1), pair 3 one
+ * shift more (bits 6-7 to 4-5, tab[2]); else vpshufb after a mask, tab[0]'s
+ * lanes the codes repeated. b = 3: rot3_slot. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot_codes(const int VBMI, const int b, int k, __m512i z,
+                                                                 const __m512i tab[4]) {
+    if (VBMI) return k < 3 ? vpermb(z, tab[k]) : vpermb(_mm512_srli_epi16(z, 2), tab[2]);
     const __m512i x = b == 4 ? _mm512_and_si512(k & 1 ? _mm512_srli_epi16(z, 4) : z, _mm512_set1_epi8(0x0F))
                              : _mm512_and_si512(k ? _mm512_srli_epi16(z, 2 * k) : z, _mm512_set1_epi8(0x03));
-    return _mm512_shuffle_epi8(lut, x);
+    return _mm512_shuffle_epi8(tab[0], x);
 }
 
 /* s (G, NT T) over NT rotated K tiles: per group of 16 tokens, the codes of 4
@@ -417,10 +436,9 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
                                                                float *s) {
     const int b = rot_bits(KIND), ST = it->NT * T;
     const size_t codes = 2 * (size_t)d * b, gb = codes + 32;
-    const int VBMI = KIND == ROT3_VBMI;
-    __m512i lut = _mm512_setzero_si512(), tab[4];
-    if (b == 3) rot3_tables(it->lut[0], tab);
-    else lut = lane_lut(it->lut[0]);
+    const int VBMI = is_vbmi(KIND);
+    __m512i tab[4];
+    rot_tables(b, it->lut[0], tab);
     __m512 qs[KVQ_ATTN_MAX_G];
 #pragma GCC unroll 8
     for (int g = 0; g < G; g++) qs[g] = _mm512_set1_ps(q[g].scale[0] * it->unit[0]);
@@ -450,7 +468,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
             for (int m = 0; m < d / dims; m++) {
                 const __m512i z = load_line(grp, pg, 64 * (size_t)m);
                 for (int k = 0; k < per; k++) {
-                    const __m512i x = rot_codes(b, k, z, lut);
+                    const __m512i x = rot_codes(VBMI, b, k, z, tab);
 #pragma GCC unroll 8
                     for (int g = 0; g < G; g++)
                         a[g] = _mm512_dpbusd_epi32(a[g], x, _mm512_set1_epi32(ld32(q[g].q[0] + dims * m + 4 * k)));
@@ -482,15 +500,16 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
     int32_t corr[4];
     const size_t scales = (size_t)T * d * b / 8;
     const uint8_t *const vs[2] = {it->v[0] + scales, NT > 1 ? it->v[1] + scales : NULL};
+    _Alignas(64) float ds[KVQ_KV_MAX_TILE];
+    scales_f32(vs, NT, T, ds);
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++) {
-        corr[g] = -128 * round_p(p + g * ST, vs, NT, T, 0, pq[g], &sp[g]);
+        corr[g] = -128 * round_p(p + g * ST, ds, ST, 0, pq[g], &sp[g]);
         sp[g] *= it->unit[1];
     }
-    const int VBMI = KIND == ROT3_VBMI;
-    __m512i lut = _mm512_setzero_si512(), tab[4];
-    if (b == 3) rot3_tables(it->lut[1], tab);
-    else lut = lane_lut(it->lut[1]);
+    const int VBMI = is_vbmi(KIND);
+    __m512i tab[4];
+    rot_tables(b, it->lut[1], tab);
     /* 64 dims per pass (b = 4: two blocks of 32), one vector each (b = 3: per
      * octet of tokens, 3 vectors for its 2 quads). */
     const size_t quad_bytes = (size_t)d * b / 2; /* 4 tokens */
@@ -531,7 +550,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
                 for (int w = 0; w < (b == 4 ? U / 2 : 1); w++) { /* vectors of this pass */
                     const __m512i z = load_line(vt, pf, (size_t)j * quad_bytes + 64 * ((b == 4 ? 2 : 1) * (size_t)c + w));
                     for (int k = 0; k < (b == 4 ? 2 : 4); k++) {
-                        const __m512i x = rot_codes(b, k, z, lut);
+                        const __m512i x = rot_codes(VBMI, b, k, z, tab);
 #pragma GCC unroll 4
                         for (int g = 0; g < G; g++)
                             a[g][(b == 4 ? 2 * w : 0) + k] = _mm512_dpbusd_epi32(a[g][(b == 4 ? 2 * w : 0) + k], x, pb[g]);
@@ -615,6 +634,7 @@ VNNI_FNS(7)
 VNNI_FNS(8)
 VNNI_GS(VNNI_PV, 9) /* f16 V rows: no K kind */
 VNNI_FNS(10)        /* ROT3_VBMI */
+VNNI_FNS(11)        /* ROT2_VBMI */
 #define VNNI_ROW(F, KIND) {F##_##KIND##_1, F##_##KIND##_2, F##_##KIND##_3, F##_##KIND##_4, \
                            F##_##KIND##_5, F##_##KIND##_6, F##_##KIND##_7, F##_##KIND##_8}
 
@@ -624,16 +644,17 @@ KVQ_TARGET_AVX512VNNI void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_a
                        KVQ_ITILE_Q5_0 == 4 && KVQ_ITILE_Q5_1 == 5 && KVQ_ITILE_ROT2 == 6 && KVQ_ITILE_ROT3 == 7 &&
                        KVQ_ITILE_ROT4 == 8 && KVQ_ITILE_F16 == 9 && KVQ_ITILE_COUNT == 10 && KVQ_ITILE_K_COUNT == 9,
                    "table order");
-    /* the last row of each: ROT3_VBMI */
-    static const scores_fn score_table[KVQ_ITILE_K_COUNT + 1][KVQ_ATTN_MAX_G] = {
-        VNNI_ROW(scores, 0), VNNI_ROW(scores, 1), VNNI_ROW(scores, 2), VNNI_ROW(scores, 3), VNNI_ROW(scores, 4),
-        VNNI_ROW(scores, 5), VNNI_ROW(scores, 6), VNNI_ROW(scores, 7), VNNI_ROW(scores, 8), VNNI_ROW(scores, 10)};
-    static const pv_fn pv_table[KVQ_ITILE_COUNT + 1][KVQ_ATTN_MAX_G] = {
-        VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2), VNNI_ROW(pv, 3), VNNI_ROW(pv, 4), VNNI_ROW(pv, 5),
-        VNNI_ROW(pv, 6), VNNI_ROW(pv, 7), VNNI_ROW(pv, 8), VNNI_ROW(pv, 9), VNNI_ROW(pv, 10)};
-    const int vbmi = kvq_cpu_has_vbmi();
-    const int kk = t->k_kind == KVQ_ITILE_ROT3 && vbmi ? KVQ_ITILE_K_COUNT : t->k_kind;
-    const int vk = t->v_kind == KVQ_ITILE_ROT3 && vbmi ? KVQ_ITILE_COUNT : t->v_kind;
+    /* the last two rows of each: ROT3_VBMI, ROT2_VBMI */
+    static const scores_fn score_table[KVQ_ITILE_K_COUNT + 2][KVQ_ATTN_MAX_G] = {
+        VNNI_ROW(scores, 0), VNNI_ROW(scores, 1), VNNI_ROW(scores, 2),  VNNI_ROW(scores, 3),
+        VNNI_ROW(scores, 4), VNNI_ROW(scores, 5), VNNI_ROW(scores, 6),  VNNI_ROW(scores, 7),
+        VNNI_ROW(scores, 8), VNNI_ROW(scores, 10), VNNI_ROW(scores, 11)};
+    static const pv_fn pv_table[KVQ_ITILE_COUNT + 2][KVQ_ATTN_MAX_G] = {
+        VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2), VNNI_ROW(pv, 3),  VNNI_ROW(pv, 4),  VNNI_ROW(pv, 5),
+        VNNI_ROW(pv, 6), VNNI_ROW(pv, 7), VNNI_ROW(pv, 8), VNNI_ROW(pv, 9), VNNI_ROW(pv, 10), VNNI_ROW(pv, 11)};
+    const int vbmi = kvq_cpu_has_vbmi(), kv = vbmi ? vbmi_variant(t->k_kind) : t->k_kind;
+    const int kk = kv >= ROT3_VBMI ? kv - 1 : kv; /* score rows have no F16 */
+    const int vk = vbmi ? vbmi_variant(t->v_kind) : t->v_kind;
     _Alignas(64) float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE]; /* (G, NT T) */
     score_table[kk][G - 1](d, t->T, n, q, t, s);
     softmax_update(G, d, t->NT * t->T, s, m, l, acc);

@@ -454,7 +454,7 @@ static int integer_kernel_here(void) {
  * tile sizes 16/32/64, K and V codecs mixed, one and two queries (the first
  * of two sees a tile only in part: causal masking inside the kernel), with
  * sinks; against the float64 reference over the decoded cache (bounds as
- * INT8_BOUND_*), 1 vs 2 threads, and for 3-bit tiles the kernel's variant
+ * INT8_BOUND_*), 1 vs 2 threads, and for 3- and 2-bit tiles the kernel's variant
  * without AVX512-VBMI against the one with it (bit for bit). */
 TEST(attn_integer_kernel_every_group_head_dim_and_codec_pair) {
     if (!integer_kernel_here()) return;
@@ -526,13 +526,13 @@ TEST(attn_integer_kernel_every_group_head_dim_and_codec_pair) {
             }
             for (int i = 0; i < n_q * n_head * d; i++)
                 CHECKF(fabsf(out[i] - out2[i]) <= 1e-6f * (1.0f + fabsf(out[i])), "1 vs 2 threads differ at %d", i);
-            /* 3-bit tiles: the VNNI-only variant (vpshufb) computes the same integers as the VBMI one (vpermb). */
-            if (kvq_cpu_has_vbmi() && (strchr(pairs[pi][0], '3') || strchr(pairs[pi][1], '3'))) {
+            /* 3- and 2-bit tiles: the VNNI-only variant (vpshufb) computes the same integers as the VBMI one (vpermb). */
+            if (kvq_cpu_has_vbmi() && (strpbrk(pairs[pi][0], "23") || strpbrk(pairs[pi][1], "23"))) {
                 kvq_cpu_vbmi_off(1);
                 CHECK_OK(kvq_attn_run(kv, 0, NULL, KVQ_ISA_AVX512, n - n_q, n_q, n_head, q, out2));
                 kvq_cpu_vbmi_off(0);
                 CHECKF(!memcmp(out, out2, sizeof(float) * (size_t)n_q * n_head * d),
-                       "%s/%s G=%d d=%d: the VNNI-only 3-bit decode differs from the VBMI one", pairs[pi][0],
+                       "%s/%s G=%d d=%d: the VNNI-only decode differs from the VBMI one", pairs[pi][0],
                        pairs[pi][1], G, d);
             }
             free(kp);
