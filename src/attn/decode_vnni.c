@@ -67,6 +67,27 @@ KVQ_TARGET_AVX512VNNI void kvq_attn_qi8_prepare_avx512(const float *q, int d, in
     }
 }
 
+/* The 3- and 2-bit kinds decoded with AVX512-VBMI's vpermb (where
+ * kvq_cpu_has_vbmi()): kernel variants, not tile kinds. Each instantiation
+ * is one variant V; the kernels take its tile kind and VBMI. (iq4_nl's
+ * nibbles through vpermb instead of mask + vpshufb measured no faster.) */
+enum { ROT3_VBMI = KVQ_ITILE_COUNT, ROT2_VBMI, VNNI_VARIANTS };
+static inline int is_vbmi(int V) { return V >= ROT3_VBMI; }
+static inline int base_kind(int V) { return V == ROT3_VBMI ? KVQ_ITILE_ROT3 : V == ROT2_VBMI ? KVQ_ITILE_ROT2 : V; }
+static inline int vbmi_variant(int kind) {
+    return kind == KVQ_ITILE_ROT3 ? ROT3_VBMI : kind == KVQ_ITILE_ROT2 ? ROT2_VBMI : kind;
+}
+
+/* vpermb: byte i = table byte (idx byte i & 63). Inline asm rather than the
+ * intrinsic: one kernel body serves the VBMI variant and the VNNI-only one,
+ * and the intrinsic's target check rejects it in the latter even in a dead
+ * branch. Only the VBMI variants run it. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i vpermb(__m512i idx, __m512i table) {
+    __m512i r;
+    __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(idx), "v"(table));
+    return r;
+}
+
 /* A code table (16 bytes) in each 128-bit lane: vpshufb indexes within lanes. */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i lane_lut(const uint8_t *t) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)t));
@@ -362,26 +383,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
 
 /* ------------------------------------------------------- rotated codecs */
 
-/* The 3- and 2-bit kinds decoded with AVX512-VBMI's vpermb (where
- * kvq_cpu_has_vbmi()): kernel variants, not tile kinds. */
-enum { ROT3_VBMI = KVQ_ITILE_COUNT, ROT2_VBMI };
-static inline int rot_bits(int KIND) {
-    return KIND == ROT3_VBMI ? 3 : KIND == ROT2_VBMI ? 2 : KIND - KVQ_ITILE_ROT2 + 2;
-}
-static inline int is_vbmi(int KIND) { return KIND >= ROT3_VBMI; }
-static inline int vbmi_variant(int kind) {
-    return kind == KVQ_ITILE_ROT3 ? ROT3_VBMI : kind == KVQ_ITILE_ROT2 ? ROT2_VBMI : kind;
-}
-
-/* vpermb: byte i = table byte (idx byte i & 63). Inline asm rather than the
- * intrinsic: one kernel body serves the VBMI variant and the VNNI-only one,
- * and the intrinsic's target check rejects it in the latter even in a dead
- * branch. Only the VBMI variant runs it. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i vpermb(__m512i idx, __m512i table) {
-    __m512i r;
-    __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(idx), "v"(table));
-    return r;
-}
+static inline int rot_bits(int KIND) { return KIND - KVQ_ITILE_ROT2 + 2; }
 
 /* u8 codes of slot s of 3-bit triples v[0..2] (tile_layout.c rot3_walk:
  * slot s < 6 in bits 3 (s % 2).. of v[s / 2]; 6 and 7 in bits 6-7 of
@@ -431,12 +433,11 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot_codes(const int VBMI,
 
 /* s (G, NT T) over NT rotated K tiles: per group of 16 tokens, the codes of 4
  * dims x 16 tokens per vpdpbusd; one float conversion per group. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, const int G, int d, int T, int n,
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, const int VBMI, const int G, int d, int T, int n,
                                                                const kvq_attn_qi8 *q, const kvq_attn_itiles *it,
                                                                float *s) {
     const int b = rot_bits(KIND), ST = it->NT * T;
     const size_t codes = 2 * (size_t)d * b, gb = codes + 32;
-    const int VBMI = is_vbmi(KIND);
     __m512i tab[4];
     rot_tables(b, it->lut[0], tab);
     __m512 qs[KVQ_ATTN_MAX_G];
@@ -492,7 +493,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
  * rounded to int8 per (head, run), against the u8 codes (centroid + 128;
  * the offset corrected in the accumulator's start). G <= 4 (callers split):
  * 4 accumulators of 16 dims per head for each 64 dims in flight. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const int G, int d, int T,
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const int VBMI, const int G, int d, int T,
                                                            const float *p, const kvq_attn_itiles *it, float *acc) {
     const int b = rot_bits(KIND), NT = it->NT, ST = NT * T;
     _Alignas(64) int8_t pq[4][KVQ_KV_MAX_TILE];
@@ -507,7 +508,6 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
         corr[g] = -128 * round_p(p + g * ST, ds, ST, 0, pq[g], &sp[g]);
         sp[g] *= it->unit[1];
     }
-    const int VBMI = is_vbmi(KIND);
     __m512i tab[4];
     rot_tables(b, it->lut[1], tab);
     /* 64 dims per pass (b = 4: two blocks of 32), one vector each (b = 3: per
@@ -595,28 +595,30 @@ static void pv_f16(int G, int d, int T, int n, const float *p, const kvq_attn_it
 typedef void (*scores_fn)(int d, int T, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *it, float *s);
 typedef void (*pv_fn)(int d, int T, int n, const float *p, const kvq_attn_itiles *it, float *acc);
 
-#define VNNI_SCORES(KIND, G)                                                                                 \
-    KVQ_TARGET_AVX512VNNI static void scores_##KIND##_##G(int d, int T, int n, const kvq_attn_qi8 *q,         \
-                                                          const kvq_attn_itiles *it, float *s) {             \
+#define VNNI_SCORES(V, G)                                                                                    \
+    KVQ_TARGET_AVX512VNNI static void scores_##V##_##G(int d, int T, int n, const kvq_attn_qi8 *q,            \
+                                                       const kvq_attn_itiles *it, float *s) {                \
+        const int KIND = base_kind(V), VBMI = is_vbmi(V);                                                    \
         if (KIND >= KVQ_ITILE_ROT2) {                                                                        \
-            if (d == 64 && T == 32) scores_rot(KIND, G, 64, 32, n, q, it, s);                                \
-            else scores_rot(KIND, G, d, T, n, q, it, s);                                                     \
+            if (d == 64 && T == 32) scores_rot(KIND, VBMI, G, 64, 32, n, q, it, s);                          \
+            else scores_rot(KIND, VBMI, G, d, T, n, q, it, s);                                               \
         } else if (d == 64 && T == 32) scores(KIND, G, 2, 32, n, q, it, s);                                  \
         else scores(KIND, G, d / 32, T, n, q, it, s);                                                        \
     }
-#define VNNI_PV(KIND, G)                                                                                     \
-    KVQ_TARGET_AVX512VNNI static void pv_##KIND##_##G(int d, int T, int n, const float *p,                  \
-                                                      const kvq_attn_itiles *it, float *acc) {               \
+#define VNNI_PV(V, G)                                                                                        \
+    KVQ_TARGET_AVX512VNNI static void pv_##V##_##G(int d, int T, int n, const float *p,                     \
+                                                   const kvq_attn_itiles *it, float *acc) {                  \
+        const int KIND = base_kind(V), VBMI = is_vbmi(V);                                                    \
         if (KIND == KVQ_ITILE_F16) {                                                                         \
             pv_f16(G, d, T, n, p, it, acc);                                                                  \
         } else if (KIND >= KVQ_ITILE_ROT2) {                                                                 \
             const int G1 = G < 4 ? G : 4, G2 = G - G1; /* pv_rot takes 4 heads at most */                   \
             if (d == 64 && T == 32) {                                                                        \
-                pv_rot(KIND, G1, 64, 32, p, it, acc);                                                        \
-                if (G2) pv_rot(KIND, G2, 64, 32, p + G1 * 32 * it->NT, it, acc + G1 * 64);                   \
+                pv_rot(KIND, VBMI, G1, 64, 32, p, it, acc);                                                  \
+                if (G2) pv_rot(KIND, VBMI, G2, 64, 32, p + G1 * 32 * it->NT, it, acc + G1 * 64);             \
             } else {                                                                                         \
-                pv_rot(KIND, G1, d, T, p, it, acc);                                                          \
-                if (G2) pv_rot(KIND, G2, d, T, p + G1 * T * it->NT, it, acc + (size_t)G1 * d);               \
+                pv_rot(KIND, VBMI, G1, d, T, p, it, acc);                                                    \
+                if (G2) pv_rot(KIND, VBMI, G2, d, T, p + G1 * T * it->NT, it, acc + (size_t)G1 * d);         \
             }                                                                                                \
         } else if (d == 64 && T == 32) pv(KIND, G, 64, 2, 32, p, it, acc);                                   \
         else pv(KIND, G, d, d / 32, T, p, it, acc);                                                          \
@@ -644,17 +646,18 @@ KVQ_TARGET_AVX512VNNI void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_a
                        KVQ_ITILE_Q5_0 == 4 && KVQ_ITILE_Q5_1 == 5 && KVQ_ITILE_ROT2 == 6 && KVQ_ITILE_ROT3 == 7 &&
                        KVQ_ITILE_ROT4 == 8 && KVQ_ITILE_F16 == 9 && KVQ_ITILE_COUNT == 10 && KVQ_ITILE_K_COUNT == 9,
                    "table order");
-    /* the last two rows of each: ROT3_VBMI, ROT2_VBMI */
-    static const scores_fn score_table[KVQ_ITILE_K_COUNT + 2][KVQ_ATTN_MAX_G] = {
-        VNNI_ROW(scores, 0), VNNI_ROW(scores, 1), VNNI_ROW(scores, 2),  VNNI_ROW(scores, 3),
-        VNNI_ROW(scores, 4), VNNI_ROW(scores, 5), VNNI_ROW(scores, 6),  VNNI_ROW(scores, 7),
-        VNNI_ROW(scores, 8), VNNI_ROW(scores, 10), VNNI_ROW(scores, 11)};
-    static const pv_fn pv_table[KVQ_ITILE_COUNT + 2][KVQ_ATTN_MAX_G] = {
-        VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2), VNNI_ROW(pv, 3),  VNNI_ROW(pv, 4),  VNNI_ROW(pv, 5),
-        VNNI_ROW(pv, 6), VNNI_ROW(pv, 7), VNNI_ROW(pv, 8), VNNI_ROW(pv, 9), VNNI_ROW(pv, 10), VNNI_ROW(pv, 11)};
-    const int vbmi = kvq_cpu_has_vbmi(), kv = vbmi ? vbmi_variant(t->k_kind) : t->k_kind;
-    const int kk = kv >= ROT3_VBMI ? kv - 1 : kv; /* score rows have no F16 */
-    const int vk = vbmi ? vbmi_variant(t->v_kind) : t->v_kind;
+    _Static_assert(ROT3_VBMI == 10 && ROT2_VBMI == 11 && VNNI_VARIANTS == 12, "variant order");
+    /* by variant; the scores of F16 (no K kind) are never called */
+    static const scores_fn score_table[VNNI_VARIANTS][KVQ_ATTN_MAX_G] = {
+        VNNI_ROW(scores, 0), VNNI_ROW(scores, 1),  VNNI_ROW(scores, 2),  VNNI_ROW(scores, 3),  VNNI_ROW(scores, 4),
+        VNNI_ROW(scores, 5), VNNI_ROW(scores, 6),  VNNI_ROW(scores, 7),  VNNI_ROW(scores, 8),  {NULL},
+        VNNI_ROW(scores, 10), VNNI_ROW(scores, 11)};
+    static const pv_fn pv_table[VNNI_VARIANTS][KVQ_ATTN_MAX_G] = {
+        VNNI_ROW(pv, 0), VNNI_ROW(pv, 1), VNNI_ROW(pv, 2),   VNNI_ROW(pv, 3),   VNNI_ROW(pv, 4),
+        VNNI_ROW(pv, 5), VNNI_ROW(pv, 6), VNNI_ROW(pv, 7),   VNNI_ROW(pv, 8),   VNNI_ROW(pv, 9),
+        VNNI_ROW(pv, 10), VNNI_ROW(pv, 11)};
+    const int vbmi = kvq_cpu_has_vbmi();
+    const int kk = vbmi ? vbmi_variant(t->k_kind) : t->k_kind, vk = vbmi ? vbmi_variant(t->v_kind) : t->v_kind;
     _Alignas(64) float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE]; /* (G, NT T) */
     score_table[kk][G - 1](d, t->T, n, q, t, s);
     softmax_update(G, d, t->NT * t->T, s, m, l, acc);

@@ -454,8 +454,8 @@ static int integer_kernel_here(void) {
  * tile sizes 16/32/64, K and V codecs mixed, one and two queries (the first
  * of two sees a tile only in part: causal masking inside the kernel), with
  * sinks; against the float64 reference over the decoded cache (bounds as
- * INT8_BOUND_*), 1 vs 2 threads, and for 3- and 2-bit tiles the kernel's variant
- * without AVX512-VBMI against the one with it (bit for bit). */
+ * INT8_BOUND_*), 1 vs 2 threads, and the kernel without AVX512-VBMI
+ * against the one with it (bit for bit). */
 TEST(attn_integer_kernel_every_group_head_dim_and_codec_pair) {
     if (!integer_kernel_here()) return;
     static const char *const pairs[][2] = {{"q4_0", "q4_0"},     {"q8_0", "q8_0"},     {"q8_0", "q4_0"},
@@ -526,8 +526,8 @@ TEST(attn_integer_kernel_every_group_head_dim_and_codec_pair) {
             }
             for (int i = 0; i < n_q * n_head * d; i++)
                 CHECKF(fabsf(out[i] - out2[i]) <= 1e-6f * (1.0f + fabsf(out[i])), "1 vs 2 threads differ at %d", i);
-            /* 3- and 2-bit tiles: the VNNI-only variant (vpshufb) computes the same integers as the VBMI one (vpermb). */
-            if (kvq_cpu_has_vbmi() && (strpbrk(pairs[pi][0], "23") || strpbrk(pairs[pi][1], "23"))) {
+            /* The VNNI-only kernels (vpshufb) compute the same integers as the VBMI ones (vpermb: 2- and 3-bit, iq4_nl). */
+            if (kvq_cpu_has_vbmi()) {
                 kvq_cpu_vbmi_off(1);
                 CHECK_OK(kvq_attn_run(kv, 0, NULL, KVQ_ISA_AVX512, n - n_q, n_q, n_head, q, out2));
                 kvq_cpu_vbmi_off(0);
