@@ -406,8 +406,6 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot3_slot(const int VBMI,
     return _mm512_shuffle_epi8(tab[0], _mm512_and_si512(x, _mm512_set1_epi8(7)));
 }
 
-/* The four tables of rot3_slot from 8 codes at lut (tab 64 bytes each,
- * decode.c itile_codes writes them). */
 /* The tables of rot3_slot (b = 3) or rot_codes (b = 2, 4): decode.c
  * itile_codes writes four of 64 bytes for 3 bits, three for 2, one 16-byte
  * table for 4 (in every 128-bit lane). */

@@ -41,7 +41,7 @@ kvq_status kvq_fail(kvq_status s, const char *fmt, ...)
  * part of kvq_isa: KVQ_ISA=avx512 means the AVX-512 path either way. */
 int kvq_cpu_has_vnni(void);
 /* 1 if it may use AVX512-VBMI (CPUID.7.0:ECX bit 1; the integer attention
- * kernel's 3-bit decode) and kvq_cpu_vbmi_off has not turned it off: tests
+ * kernel's 3- and 2-bit decode) and kvq_cpu_vbmi_off has not turned it off: tests
  * run the kernel's VNNI-only variant on a VBMI machine with it. */
 int kvq_cpu_has_vbmi(void);
 void kvq_cpu_vbmi_off(int off);

@@ -411,6 +411,15 @@ static PACK_TARGET KVQ_ALWAYS_INLINE __m512i bit2(__m512i v) {
     return _mm512_and_si512(_mm512_srli_epi32(v, 2), _mm512_set1_epi8(1));
 }
 
+/* Eight slots e[0..7] of 3-bit indices (one per byte) as the byte triple
+ * vectors at v, v + 64, v + 128 (tile_layout.c rot3_walk). */
+static PACK_TARGET KVQ_ALWAYS_INLINE void store_rot3(const __m512i e[8], uint8_t *v) {
+    _mm512_storeu_si512(v, _mm512_or_si512(_mm512_or_si512(e[0], shl(e[1], 3)), shl(low2(e[6]), 6)));
+    _mm512_storeu_si512(v + 64, _mm512_or_si512(_mm512_or_si512(e[2], shl(e[3], 3)), shl(low2(e[7]), 6)));
+    _mm512_storeu_si512(v + 128, _mm512_or_si512(_mm512_or_si512(e[4], shl(e[5], 3)),
+                                                 _mm512_or_si512(shl(bit2(e[6]), 6), shl(bit2(e[7]), 7))));
+}
+
 /* 4 x 4 transpose of 128-bit lanes: lane i of o[u] = lane u of x[i]. */
 static PACK_TARGET KVQ_ALWAYS_INLINE void lanes4(const __m512i x[4], __m512i o[4]) {
     const __m512i y0 = _mm512_shuffle_i32x4(x[0], x[1], 0x44), y1 = _mm512_shuffle_i32x4(x[0], x[1], 0xEE);
@@ -459,12 +468,7 @@ static PACK_TARGET KVQ_ALWAYS_INLINE void pack_k_group(const int b, int d, const
                                                     _mm512_or_si512(shl(D[4 * u + 2], 4), shl(D[4 * u + 3], 6))));
         } else {
             for (int cc = 0; cc < 2; cc++) { /* 32 dims c = 2q + cc: slot k is D[8 cc + k] (tile_layout.c rot3_walk) */
-                const __m512i *e = D + 8 * cc;
-                uint8_t *v = grp + 64 * (size_t)(3 * (2 * q + cc));
-                _mm512_storeu_si512(v, _mm512_or_si512(_mm512_or_si512(e[0], shl(e[1], 3)), shl(low2(e[6]), 6)));
-                _mm512_storeu_si512(v + 64, _mm512_or_si512(_mm512_or_si512(e[2], shl(e[3], 3)), shl(low2(e[7]), 6)));
-                _mm512_storeu_si512(v + 128, _mm512_or_si512(_mm512_or_si512(e[4], shl(e[5], 3)),
-                                                             _mm512_or_si512(shl(bit2(e[6]), 6), shl(bit2(e[7]), 7))));
+                store_rot3(D + 8 * cc, grp + 64 * (size_t)(3 * (2 * q + cc)));
             }
         }
     }
@@ -473,31 +477,24 @@ static PACK_TARGET KVQ_ALWAYS_INLINE void pack_k_group(const int b, int d, const
 /* V octet of 8 tokens (idx: (8, d)) -> its code vectors at base. */
 static PACK_TARGET KVQ_ALWAYS_INLINE void pack_v_octet(const int b, int d, const uint8_t *idx, uint8_t *base) {
     for (int c = 0; c < d / 64; c++) {
-        __m512i P[2][4];
+        __m512i P[8]; /* P[4h + u]: quad h, dims 64c + 16u.. */
         for (int h = 0; h < 2; h++) { /* quad h: tokens 4h.. */
             __m512i R[4], T4[4];
             for (int i = 0; i < 4; i++) R[i] = _mm512_loadu_si512(idx + (size_t)(4 * h + i) * d + 64 * c);
             lanes4(R, T4);
-            /* P[h][u] byte 4l + i: token 4h + i, dim 64c + 16u + l */
-            for (int u = 0; u < 4; u++) P[h][u] = transpose_bytes(transpose_dwords(T4[u]));
+            /* byte 4l + i: token 4h + i, dim 64c + 16u + l */
+            for (int u = 0; u < 4; u++) P[4 * h + u] = transpose_bytes(transpose_dwords(T4[u]));
             if (b == 4) {
                 for (int w = 0; w < 2; w++)
                     _mm512_storeu_si512(base + 64 * ((size_t)h * (d / 32) + 2 * c + w),
-                                        _mm512_or_si512(P[h][2 * w], shl(P[h][2 * w + 1], 4)));
+                                        _mm512_or_si512(P[4 * h + 2 * w], shl(P[4 * h + 2 * w + 1], 4)));
             } else if (b == 2) {
                 _mm512_storeu_si512(base + 64 * ((size_t)h * (d / 64) + c),
-                                    _mm512_or_si512(_mm512_or_si512(P[h][0], shl(P[h][1], 2)),
-                                                    _mm512_or_si512(shl(P[h][2], 4), shl(P[h][3], 6))));
+                                    _mm512_or_si512(_mm512_or_si512(P[4 * h], shl(P[4 * h + 1], 2)),
+                                                    _mm512_or_si512(shl(P[4 * h + 2], 4), shl(P[4 * h + 3], 6))));
             }
         }
-        if (b == 3) { /* slot 4h + u is P[h][u] (tile_layout.c rot3_walk) */
-            const __m512i *e = P[0];
-            uint8_t *v = base + 64 * (3 * (size_t)c);
-            _mm512_storeu_si512(v, _mm512_or_si512(_mm512_or_si512(e[0], shl(e[1], 3)), shl(low2(e[6]), 6)));
-            _mm512_storeu_si512(v + 64, _mm512_or_si512(_mm512_or_si512(e[2], shl(e[3], 3)), shl(low2(e[7]), 6)));
-            _mm512_storeu_si512(v + 128, _mm512_or_si512(_mm512_or_si512(e[4], shl(e[5], 3)),
-                                                         _mm512_or_si512(shl(bit2(e[6]), 6), shl(bit2(e[7]), 7))));
-        }
+        if (b == 3) store_rot3(P, base + 64 * (3 * (size_t)c)); /* slot 4h + u is P[4h + u] (rot3_walk) */
     }
 }
 
