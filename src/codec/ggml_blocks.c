@@ -36,6 +36,17 @@
 
 const int8_t kvq_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
+/* ggml_blocks.h: bucket b spans [9 b - 144, 9 b - 135). test_codec checks
+ * both tables against the codebook's midpoints. */
+const int32_t kvq_iq4nl_bucket_base[32] = {0, 0, 0,  0,  1,  1,  2,  2,  3,  3,  4,  4,  5,  6,  6,  7,
+                                           8, 9, 9, 10, 11, 11, 12, 13, 13, 14, 14, 14, 15, 15, 15, 15};
+#define NONE INFINITY
+const float kvq_iq4nl_bucket_mid[32] = {NONE, NONE,  NONE,  -115.5f, NONE,  -93.5f, NONE,  -74.0f,
+                                        NONE, -57.0f, NONE, -42.0f,  -28.5f, NONE,   -16.0f, -4.5f,
+                                        7.0f, NONE,  19.0f, 31.5f,   NONE,  45.5f,  61.0f, NONE,
+                                        79.0f, NONE, NONE,  101.0f,  NONE,  NONE,   NONE,  NONE};
+#undef NONE
+
 size_t kvq_ggml_block_bytes(int kind) {
     switch (kind) {
     case KVQ_GGML_Q8_0: return 2 + QK;

@@ -13,6 +13,22 @@
 /* iq4_nl's non-linear codebook (ggml's kvalues_iq4nl), ascending. */
 extern const int8_t kvq_iq4nl_values[16];
 
+/* ggml's best_index_int8(x) over that codebook equals, for every non-NaN
+ * float x (all 2^32 bit patterns checked), the number of midpoints between
+ * neighbouring entries that are <= x: near a midpoint x - lo and hi - x are
+ * exact, and ties go up. SIMD paths find that count through buckets: bucket
+ * b = floor((x - KVQ_IQ4NL_BUCKET_LO) / KVQ_IQ4NL_BUCKET_WIDTH) of 32 holds at
+ * most one midpoint, kvq_iq4nl_bucket_mid[b] (+Inf if none), and
+ * kvq_iq4nl_bucket_base[b] midpoints lie below it; so the index is the base
+ * plus (x >= mid). No midpoint lies within 0.5 of a bucket edge, so a bucket
+ * computed with rounding error (one off at an edge) gives the same count.
+ * The buckets span [-144, 144): every x the 16 trial scales produce (|x| <=
+ * 135 max |x| / max |x|); the final quantization clamps the bucket. */
+#define KVQ_IQ4NL_BUCKET_LO (-144.0f)
+#define KVQ_IQ4NL_BUCKET_WIDTH 9.0f
+extern const int32_t kvq_iq4nl_bucket_base[32];
+extern const float kvq_iq4nl_bucket_mid[32];
+
 /* ggml's GROUP_MAX_EPS: a block with max |x| below it has scale 0. */
 #define KVQ_IQ4NL_EPS 1e-15f
 /* At max |x| >= 2^32 the iq4_nl scale is provably beyond fp16 (it is at least

@@ -140,54 +140,138 @@ KVQ_TARGET_AVX512 kvq_status kvq_encode_q5_1_avx512(const kvq_codec *c, const fl
     return encode_asym(c, x, dst, 5);
 }
 
-/* ggml's best_index_int8 per lane, branch-free: ml = the last codebook entry
- * <= x (clamped to 14), then the nearer of entries ml and ml + 1 with ggml's
- * tie rule. Equal to the binary search for every non-NaN x. */
-static inline KVQ_TARGET_AVX512 __m512i iq4nl_index(__m512 x, __m512 kv) {
-    __m512i ml = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int s = 8; s >= 1; s /= 2) {
-        const __m512i cand = _mm512_add_epi32(ml, _mm512_set1_epi32(s));
-        ml = _mm512_mask_mov_epi32(ml, _mm512_cmp_ps_mask(_mm512_permutexvar_ps(cand, kv), x, _CMP_LE_OQ), cand);
-    }
-    ml = _mm512_min_epi32(ml, _mm512_set1_epi32(14));
-    const __m512i mu = _mm512_add_epi32(ml, _mm512_set1_epi32(1));
-    const __m512 lo = _mm512_permutexvar_ps(ml, kv), hi = _mm512_permutexvar_ps(mu, kv);
-    const __mmask16 lower = _mm512_cmp_ps_mask(_mm512_sub_ps(x, lo), _mm512_sub_ps(hi, x), _CMP_LT_OQ);
-    return _mm512_mask_mov_epi32(mu, lower, ml);
+/* ggml_blocks.h's iq4_nl buckets in registers: midpoints, bases and the
+ * codebook value at each base, for buckets 0..15 and 16..31. */
+typedef struct {
+    __m512 mid_lo, mid_hi, val_lo, val_hi;
+    __m512i base_lo, base_hi;
+} iq4nl_buckets;
+
+static inline KVQ_TARGET_AVX512 iq4nl_buckets iq4nl_buckets_load(void) {
+    const __m512 kv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)kvq_iq4nl_values)));
+    iq4nl_buckets bk;
+    bk.mid_lo = _mm512_loadu_ps(kvq_iq4nl_bucket_mid);
+    bk.mid_hi = _mm512_loadu_ps(kvq_iq4nl_bucket_mid + 16);
+    bk.base_lo = _mm512_loadu_si512(kvq_iq4nl_bucket_base);
+    bk.base_hi = _mm512_loadu_si512(kvq_iq4nl_bucket_base + 16);
+    bk.val_lo = _mm512_permutexvar_ps(bk.base_lo, kv);
+    bk.val_hi = _mm512_permutexvar_ps(bk.base_hi, kv);
+    return bk;
 }
 
-/* The 16 lanes run ggml's 16 trials (initial + itry -7..7) side by side, each
- * summing over j in ggml's order. */
+/* Per lane, the bucket b of x plus one where x reaches b's midpoint: a
+ * bucket whose base is ggml's best_index_int8 of x, since bucket b + 1's
+ * base counts b's midpoint (bucket 31 has none). With clamp 0 every |x| must
+ * be < 144, which the trial scales guarantee; the final quantization's scale
+ * is a least-squares fit with no such proof (its x stayed within 135
+ * wherever we looked), so it clamps the bucket to 0..31 rather than let
+ * vpermt2 wrap it. */
+static inline KVQ_TARGET_AVX512 __m512i iq4nl_index_bucket(__m512 x, const iq4nl_buckets *bk, int clamp) {
+    __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.0f / KVQ_IQ4NL_BUCKET_WIDTH),
+                               _mm512_set1_ps(-KVQ_IQ4NL_BUCKET_LO / KVQ_IQ4NL_BUCKET_WIDTH));
+    if (clamp) t = _mm512_max_ps(_mm512_min_ps(t, _mm512_set1_ps(31.5f)), _mm512_setzero_ps());
+    const __m512i b = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __mmask16 up = _mm512_cmp_ps_mask(x, _mm512_permutex2var_ps(bk->mid_lo, b, bk->mid_hi), _CMP_GE_OQ);
+    return _mm512_mask_add_epi32(b, up, b, _mm512_set1_epi32(1));
+}
+
+/* kvq_iq4nl_trial_ids in lanes: the same IEEE divisions. */
+static inline KVQ_TARGET_AVX512 __m512 iq4nl_trial_ids(float max) {
+    const __m512i k = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 itry = _mm512_cvtepi32_ps(_mm512_add_epi32(k, _mm512_set1_epi32(kvq_iq4nl_values[0] - 8)));
+    const float d0 = -max / kvq_iq4nl_values[0];
+    return _mm512_mask_mov_ps(_mm512_div_ps(itry, _mm512_set1_ps(max)), 1, _mm512_set1_ps(1 / d0));
+}
+
+/* kvq_iq4nl_pick_scale in lanes, without branches. The scalar scan keeps
+ * trial cur until the first later trial k that beats it (sumq2[k] > 0 and
+ * sumqx[k]^2 > best[cur] sumq2[k]), then goes on from k: so it ends at
+ * next(next(...next(0))), where next(j) is the first k > j that beats j, or
+ * j itself if none does, applied as often as the chain is long (at most 15
+ * times). next is built in lanes (k downwards, so the first k wins) and
+ * squared four times (next^16); every comparison is the scalar code's own
+ * (same IEEE operations), so it picks the same trial. */
+static inline KVQ_TARGET_AVX512 float iq4nl_pick_scale(__m512 sumqx, __m512 sumq2) {
+    const __m512 d = _mm512_div_ps(sumqx, sumq2);
+    const __m512 best = _mm512_mul_ps(d, sumqx);
+    float sq[16], q2[16];
+    _mm512_storeu_ps(sq, _mm512_mul_ps(sumqx, sumqx));
+    _mm512_storeu_ps(q2, sumq2);
+    const uint32_t valid = _mm512_cmp_ps_mask(sumq2, _mm512_setzero_ps(), _CMP_GT_OQ);
+    __m512i next = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int k = 15; k >= 1; k--) {
+        const __mmask16 earlier = (__mmask16)((valid >> k & 1) ? (1u << k) - 1 : 0);
+        const __mmask16 beaten =
+            _mm512_mask_cmp_ps_mask(earlier, _mm512_set1_ps(sq[k]), _mm512_mul_ps(best, _mm512_set1_ps(q2[k])), _CMP_GT_OQ);
+        next = _mm512_mask_mov_epi32(next, beaten, _mm512_set1_epi32(k));
+    }
+    for (int i = 0; i < 4; i++) next = _mm512_permutexvar_epi32(next, next);
+    return _mm512_cvtss_f32(_mm512_permutexvar_ps(next, d));
+}
+
+/* ggml's search for blocks xa and xb (32 values each, first largest values
+ * maxa, maxb): the scale of the trial each picks. The 16 lanes run ggml's 16
+ * trials (initial + itry -7..7) side by side, each summing over j in ggml's
+ * order. Two blocks at once: one block's search is a chain of dependent
+ * steps (divisions, 32 ordered sums, the pick) that leaves the vector ports
+ * idle about half the time; the other block's fills them. */
+static inline KVQ_TARGET_AVX512 void iq4nl_search2(const float *xa, const float *xb, float maxa, float maxb,
+                                                   const iq4nl_buckets *bk, float *da, float *db) {
+    const __m512 ida = iq4nl_trial_ids(maxa), idb = iq4nl_trial_ids(maxb);
+    float wa[QK], wb[QK]; /* ggml's weights x^2, broadcast from memory below */
+    for (int h = 0; h < QK; h += 16) {
+        const __m512 va = _mm512_loadu_ps(xa + h), vb = _mm512_loadu_ps(xb + h);
+        _mm512_storeu_ps(wa + h, _mm512_mul_ps(va, va));
+        _mm512_storeu_ps(wb + h, _mm512_mul_ps(vb, vb));
+    }
+    __m512 sqxa = _mm512_setzero_ps(), sq2a = _mm512_setzero_ps();
+    __m512 sqxb = _mm512_setzero_ps(), sq2b = _mm512_setzero_ps();
+    for (int j = 0; j < QK; j++) {
+        const __m512 xaj = _mm512_set1_ps(xa[j]), xbj = _mm512_set1_ps(xb[j]);
+        const __m512i ba = iq4nl_index_bucket(_mm512_mul_ps(ida, xaj), bk, 0);
+        const __m512i bb = iq4nl_index_bucket(_mm512_mul_ps(idb, xbj), bk, 0);
+        const __m512 qa = _mm512_permutex2var_ps(bk->val_lo, ba, bk->val_hi);
+        const __m512 qb = _mm512_permutex2var_ps(bk->val_lo, bb, bk->val_hi);
+        const __m512 wqa = _mm512_mul_ps(_mm512_set1_ps(wa[j]), qa), wqb = _mm512_mul_ps(_mm512_set1_ps(wb[j]), qb);
+        sqxa = _mm512_add_ps(sqxa, _mm512_mul_ps(wqa, xaj));
+        sq2a = _mm512_add_ps(sq2a, _mm512_mul_ps(wqa, qa));
+        sqxb = _mm512_add_ps(sqxb, _mm512_mul_ps(wqb, xbj));
+        sq2b = _mm512_add_ps(sq2b, _mm512_mul_ps(wqb, qb));
+    }
+    *da = iq4nl_pick_scale(sqxa, sq2a);
+    *db = iq4nl_pick_scale(sqxb, sq2b);
+}
+
+/* Every block's max first (a row beyond the range is refused before any
+ * search), then the searches two blocks at a time (an odd last block is
+ * searched beside itself), then the codes. A block below ggml's EPS gets
+ * scale 0; its search ran on a zero or tiny max and is discarded. */
 KVQ_TARGET_AVX512 kvq_status kvq_encode_iq4_nl_avx512(const kvq_codec *c, const float *x, void *dst) {
     uint8_t *out = dst;
-    const __m512 kv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)kvq_iq4nl_values)));
-    for (int b = 0; b < c->head_dim / QK; b++, x += QK, out += 2 + QK / 2) {
-        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-        const float max = first_absmax(x, v0, v1);
-        if (__builtin_fabsf(max) >= KVQ_IQ4NL_RANGE) return KVQ_ERR_RANGE;
-        float d = 0.0f;
-        if (__builtin_fabsf(max) >= KVQ_IQ4NL_EPS) {
-            float ids[16], sumqx[16], sumq2[16];
-            kvq_iq4nl_trial_ids(max, ids);
-            const __m512 id = _mm512_loadu_ps(ids);
-            __m512 sqx = _mm512_setzero_ps(), sq2 = _mm512_setzero_ps();
-            for (int j = 0; j < QK; j++) {
-                const __m512 xj = _mm512_set1_ps(x[j]), w = _mm512_set1_ps(x[j] * x[j]);
-                const __m512 q = _mm512_permutexvar_ps(iq4nl_index(_mm512_mul_ps(id, xj), kv), kv);
-                const __m512 wq = _mm512_mul_ps(w, q);
-                sqx = _mm512_add_ps(sqx, _mm512_mul_ps(wq, xj));
-                sq2 = _mm512_add_ps(sq2, _mm512_mul_ps(wq, q));
-            }
-            _mm512_storeu_ps(sumqx, sqx);
-            _mm512_storeu_ps(sumq2, sq2);
-            d = kvq_iq4nl_pick_scale(sumqx, sumq2);
-        }
-        const uint16_t h = kvq_f32_to_f16(d);
+    const int nb = c->head_dim / QK;
+    const iq4nl_buckets bk = iq4nl_buckets_load();
+    float max[KVQ_MAX_HEAD_DIM / QK], d[KVQ_MAX_HEAD_DIM / QK];
+    for (int b = 0; b < nb; b++) {
+        const float *xb = x + QK * b;
+        max[b] = first_absmax(xb, _mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16));
+        if (__builtin_fabsf(max[b]) >= KVQ_IQ4NL_RANGE) return KVQ_ERR_RANGE;
+    }
+    for (int b = 0; b < nb; b += 2) {
+        const int b2 = b + 1 < nb ? b + 1 : b;
+        float d2;
+        iq4nl_search2(x + QK * b, x + QK * b2, max[b], max[b2], &bk, &d[b], &d2);
+        d[b2] = d2;
+    }
+    for (int b = 0; b < nb; b++, x += QK, out += 2 + QK / 2) {
+        const float db = __builtin_fabsf(max[b]) >= KVQ_IQ4NL_EPS ? d[b] : 0.0f;
+        const uint16_t h = kvq_f32_to_f16(db);
         if (kvq_ggml_f16_is_inf(h)) return KVQ_ERR_RANGE;
-        const __m512 id = _mm512_set1_ps(kvq_ggml_inv_scale(d, h));
+        const __m512 id = _mm512_set1_ps(kvq_ggml_inv_scale(db, h));
         kvq_store_u16(out, h);
-        pack_nibbles(iq4nl_index(_mm512_mul_ps(id, v0), kv), iq4nl_index(_mm512_mul_ps(id, v1), kv), out + 2);
+        const __m512i b0 = iq4nl_index_bucket(_mm512_mul_ps(id, _mm512_loadu_ps(x)), &bk, 1);
+        const __m512i b1 = iq4nl_index_bucket(_mm512_mul_ps(id, _mm512_loadu_ps(x + 16)), &bk, 1);
+        pack_nibbles(_mm512_permutex2var_epi32(bk.base_lo, b0, bk.base_hi),
+                     _mm512_permutex2var_epi32(bk.base_lo, b1, bk.base_hi), out + 2);
     }
     return KVQ_OK;
 }

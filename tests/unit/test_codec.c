@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "codec/codec_impl.h"
+#include "codec/ggml_blocks.h"
 #include "common/rng.h"
 #include "test.h"
 
@@ -182,6 +183,102 @@ TEST(codec_isa_paths_match_reference) {
             if (kvq_test_failed()) return;
         }
     }
+}
+
+/* The oracle: the nearest codebook entry in exact arithmetic, ties to the
+ * larger one (double holds x - v exactly for every float x the test draws).
+ * That is the number of midpoints <= x, which ggml's best_index_int8 (a
+ * binary search, then x - lo < hi - x in float) equals for every non-NaN
+ * float: checked over all 2^32 bit patterns when the buckets were written. */
+static int iq4nl_nearest_oracle(float x) {
+    int best = 0;
+    for (int k = 1; k < 16; k++)
+        if (fabs((double)x - kvq_iq4nl_values[k]) <= fabs((double)x - kvq_iq4nl_values[best])) best = k;
+    return best;
+}
+
+/* ggml_blocks.h's bucket rule, clamped to the 32 buckets. */
+static int iq4nl_bucket_index(float x) {
+    const float t = floorf((x - KVQ_IQ4NL_BUCKET_LO) / KVQ_IQ4NL_BUCKET_WIDTH);
+    const int b = t < 0 ? 0 : t > 31 ? 31 : (int)t;
+    return kvq_iq4nl_bucket_base[b] + (x >= kvq_iq4nl_bucket_mid[b]);
+}
+
+/* The iq4_nl buckets of ggml_blocks.h: each holds the midpoints and base it
+ * claims, no midpoint is within 0.5 of an edge, and base + (x >= mid) is
+ * ggml's index on both sides of every midpoint, edge and codebook entry and
+ * on random x. Then the SIMD encoders, which search through the buckets, on
+ * rows that put the first trial's scaled values exactly on midpoints (ties):
+ * max 127 makes that trial's scale 1, and the values are half-integers. */
+TEST(codec_iq4nl_buckets_and_ties) {
+    float mid[15];
+    for (int k = 0; k < 15; k++) mid[k] = (kvq_iq4nl_values[k] + kvq_iq4nl_values[k + 1]) * 0.5f;
+    for (int b = 0; b < 32; b++) {
+        const double lo = KVQ_IQ4NL_BUCKET_LO + b * (double)KVQ_IQ4NL_BUCKET_WIDTH, hi = lo + KVQ_IQ4NL_BUCKET_WIDTH;
+        int below = 0, inside = -1;
+        for (int k = 0; k < 15; k++) {
+            CHECKF(fabs(mid[k] - lo) >= 0.5, "midpoint %g within 0.5 of edge %g", mid[k], lo);
+            if (mid[k] < lo) below++;
+            else if (mid[k] < hi) {
+                CHECKF(inside < 0, "bucket %d holds two midpoints", b);
+                inside = k;
+            }
+        }
+        CHECKF(kvq_iq4nl_bucket_base[b] == below, "bucket %d base %d, want %d", b, kvq_iq4nl_bucket_base[b], below);
+        CHECKF(inside < 0 ? isinf(kvq_iq4nl_bucket_mid[b]) : kvq_iq4nl_bucket_mid[b] == mid[inside],
+               "bucket %d midpoint %g", b, kvq_iq4nl_bucket_mid[b]);
+        CHECKF(b < 31 || inside < 0, "the last bucket holds a midpoint (the SIMD search reads bucket b + 1)");
+    }
+    float probes[15 + 16 + 33]; /* midpoints, codebook entries, bucket edges */
+    int n_probes = 0;
+    for (int k = 0; k < 15; k++) probes[n_probes++] = mid[k];
+    for (int k = 0; k < 16; k++) probes[n_probes++] = kvq_iq4nl_values[k];
+    for (int b = 0; b <= 32; b++) probes[n_probes++] = KVQ_IQ4NL_BUCKET_LO + b * KVQ_IQ4NL_BUCKET_WIDTH;
+    for (int i = 0; i < n_probes; i++) {
+        float x = probes[i];
+        for (int u = 0; u < 64; u++) x = nextafterf(x, -INFINITY);
+        for (int u = 0; u <= 128; u++, x = nextafterf(x, INFINITY))
+            CHECKF(iq4nl_bucket_index(x) == iq4nl_nearest_oracle(x), "x %a: buckets %d, ggml %d", x,
+                   iq4nl_bucket_index(x), iq4nl_nearest_oracle(x));
+    }
+    uint64_t s = 41;
+    for (int i = 0; i < 200000 && !kvq_test_failed(); i++) {
+        const float x = (float)(kvq_rng_uniform(&s) * 300.0 - 150.0);
+        CHECKF(iq4nl_bucket_index(x) == iq4nl_nearest_oracle(x), "x %a: buckets %d, ggml %d", x,
+               iq4nl_bucket_index(x), iq4nl_nearest_oracle(x));
+    }
+
+    const int d = 160, n = 400; /* 5 blocks: the SIMD search pairs blocks, the last one alone */
+    kvq_codec *ref = NULL, *fast = NULL;
+    CHECK_OK(kvq_codec_create("iq4_nl", d, 1, &ref));
+    CHECK_OK(kvq_codec_create("iq4_nl", d, 1, &fast));
+    CHECK_OK(kvq_codec_set_isa(ref, KVQ_ISA_REF));
+    float x[160];
+    uint8_t a[160], bytes[160];
+    for (int r = 0; r < n && !kvq_test_failed(); r++) {
+        for (int j = 0; j < d; j++) {
+            const uint64_t u = kvq_splitmix64(&s);
+            x[j] = u % 3 == 0 ? mid[u / 3 % 15] : (float)((int)(u / 3 % 507) - 253) * 0.5f;
+        }
+        x[r % 32] = r % 2 ? 127.0f : -127.0f;
+        x[32 + r % 32] = 127.0f;
+        x[64 + r % 32] = -127.0f;
+        x[96] = 127.0f;
+        /* Scaling by 2^-e keeps every trial's scaled values (ties included);
+         * at e >= 16 the block scale is an fp16 denormal, whose rounding puts
+         * the final quantization's values beyond the buckets' span. */
+        for (int j = 0; j < d; j++) x[j] = ldexpf(x[j], -(r % 28));
+        CHECK_OK(kvq_codec_encode_row(ref, x, a));
+        for (int isa = KVQ_ISA_AVX2; isa < KVQ_ISA_COUNT; isa++) {
+            if (!kvq_isa_supported((kvq_isa)isa)) continue;
+            CHECK_OK(kvq_codec_set_isa(fast, (kvq_isa)isa));
+            CHECK_OK(kvq_codec_encode_row(fast, x, bytes));
+            CHECKF(memcmp(a, bytes, kvq_codec_row_bytes(ref)) == 0, "isa %s row %d: bytes differ",
+                   kvq_isa_name((kvq_isa)isa), r);
+        }
+    }
+    kvq_codec_free(ref);
+    kvq_codec_free(fast);
 }
 
 /* The input rules of kvq.h: zero, constant and denormal rows are valid;
