@@ -178,12 +178,17 @@ kvq_status kvq_codec_set_isa(kvq_codec *c, kvq_isa isa) {
     return KVQ_OK;
 }
 
+/* n is a multiple of 16 (head_dim is one of 32): the fixed inner count is
+ * what gcc -O2 vectorizes; a plain loop over n stayed scalar, ~10% of an
+ * iq4_nl encode. */
 static int all_finite(const float *x, int n) {
     uint32_t bad = 0;
-    for (int i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], sizeof u);
-        bad |= (uint32_t)((u & 0x7F800000u) == 0x7F800000u);
+    for (int i = 0; i < n; i += 16) {
+        for (int j = 0; j < 16; j++) {
+            uint32_t u;
+            memcpy(&u, &x[i + j], sizeof u);
+            bad |= (uint32_t)((u & 0x7F800000u) == 0x7F800000u);
+        }
     }
     return !bad;
 }

@@ -273,9 +273,6 @@ static inline size_t scale_place(int kind, int side, int T, int nb, int r, int b
     return (size_t)T * nb * bits_bytes(kind) + 2 * (((size_t)min * nb + b) * T + r);
 }
 
-/* The nibble code of value e (0..31) of a block's 16 code bytes. */
-static inline uint8_t nibble(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
-
 /* Writes every byte of the tile (codes, fifth bits and scales cover it
  * exactly). Direct loops rather than code_place: it runs on every flush. */
 void kvq_kv_tile_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile) {
@@ -295,11 +292,25 @@ void kvq_kv_tile_pack(const kvq_codec *c, int side, int T, const uint8_t *rows, 
                 const uint8_t *blk = row + bb * b, *qs = row_codes(kind, blk, bb);
                 for (int w = 0; w <= has_min(kind); w++)
                     memcpy(tile + scale_place(kind, 0, T, nb, r, b, w), blk + 2 * w, 2);
-                for (int m = 0; m < (q8 ? 8 : 4); m++)
-                    for (int j = 0; j < 4; j++)
-                        grp[64 * (size_t)((q8 ? 8 : 4) * b + m) + 4 * t + j] =
-                            q8 ? (uint8_t)(qs[4 * m + j] ^ 0x80)
-                               : (uint8_t)(nibble(qs, 8 * m + j) | nibble(qs, 8 * m + 4 + j) << 4);
+                /* Four values a word. q8_0: its bytes flipped to unsigned.
+                 * Nibbles: word m holds values 8m + j (low) and 8m + 4 + j
+                 * (high), j = 0..3, the low nibbles of row bytes 8m + j and
+                 * 8m + 4 + j for m = 0, 1 and the high ones of bytes
+                 * 8(m - 2) + j and 8(m - 2) + 4 + j for m = 2, 3. Byte-wise
+                 * masks and in-byte shifts: the same bytes in any byte order. */
+                uint8_t *dst = grp + 64 * (size_t)((q8 ? 8 : 4) * b) + 4 * t;
+                for (int m = 0; m < (q8 ? 8 : 4); m++, dst += 64) {
+                    uint32_t lo, hi, word;
+                    memcpy(&lo, qs + (q8 ? 4 * m : 8 * (m % 2)), 4);
+                    if (q8) {
+                        word = lo ^ 0x80808080u;
+                    } else {
+                        memcpy(&hi, qs + 8 * (m % 2) + 4, 4);
+                        word = m < 2 ? (lo & 0x0F0F0F0Fu) | (hi & 0x0F0F0F0Fu) << 4
+                                     : (lo >> 4 & 0x0F0F0F0Fu) | (hi & 0xF0F0F0F0u);
+                    }
+                    memcpy(dst, &word, 4);
+                }
                 if (has_hi(kind)) { /* byte j bit k: value 4k + j */
                     const uint32_t qh = row_qh_bits(blk, bb);
                     for (int j = 0; j < 4; j++) {
