@@ -243,30 +243,33 @@ static inline KVQ_TARGET_AVX512 void iq4nl_search2(const float *xa, const float 
 }
 
 /* Every block's max first (a row beyond the range is refused before any
- * search), then the searches two blocks at a time (an odd last block is
- * searched beside itself), then the codes. A block below ggml's EPS gets
- * scale 0; its search ran on a zero or tiny max and is discarded. */
+ * search), then the searches two blocks at a time (an odd last one beside
+ * itself) over the blocks at or above ggml's EPS (the others get scale 0,
+ * as in ggml, and no search: a zero max would make it divide by zero),
+ * then the codes. */
 KVQ_TARGET_AVX512 kvq_status kvq_encode_iq4_nl_avx512(const kvq_codec *c, const float *x, void *dst) {
     uint8_t *out = dst;
     const int nb = c->head_dim / QK;
     const iq4nl_buckets bk = iq4nl_buckets_load();
     float max[KVQ_MAX_HEAD_DIM / QK], d[KVQ_MAX_HEAD_DIM / QK];
+    int search[KVQ_MAX_HEAD_DIM / QK], n_search = 0;
     for (int b = 0; b < nb; b++) {
         const float *xb = x + QK * b;
         max[b] = first_absmax(xb, _mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16));
         if (__builtin_fabsf(max[b]) >= KVQ_IQ4NL_RANGE) return KVQ_ERR_RANGE;
+        d[b] = 0.0f;
+        if (__builtin_fabsf(max[b]) >= KVQ_IQ4NL_EPS) search[n_search++] = b;
     }
-    for (int b = 0; b < nb; b += 2) {
-        const int b2 = b + 1 < nb ? b + 1 : b;
+    for (int i = 0; i < n_search; i += 2) {
+        const int b = search[i], b2 = search[i + 1 < n_search ? i + 1 : i];
         float d2;
         iq4nl_search2(x + QK * b, x + QK * b2, max[b], max[b2], &bk, &d[b], &d2);
         d[b2] = d2;
     }
     for (int b = 0; b < nb; b++, x += QK, out += 2 + QK / 2) {
-        const float db = __builtin_fabsf(max[b]) >= KVQ_IQ4NL_EPS ? d[b] : 0.0f;
-        const uint16_t h = kvq_f32_to_f16(db);
+        const uint16_t h = kvq_f32_to_f16(d[b]);
         if (kvq_ggml_f16_is_inf(h)) return KVQ_ERR_RANGE;
-        const __m512 id = _mm512_set1_ps(kvq_ggml_inv_scale(db, h));
+        const __m512 id = _mm512_set1_ps(kvq_ggml_inv_scale(d[b], h));
         kvq_store_u16(out, h);
         const __m512i b0 = iq4nl_index_bucket(_mm512_mul_ps(id, _mm512_loadu_ps(x)), &bk, 1);
         const __m512i b1 = iq4nl_index_bucket(_mm512_mul_ps(id, _mm512_loadu_ps(x + 16)), &bk, 1);

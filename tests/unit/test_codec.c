@@ -209,7 +209,8 @@ static int iq4nl_bucket_index(float x) {
  * ggml's index on both sides of every midpoint, edge and codebook entry and
  * on random x. Then the SIMD encoders, which search through the buckets, on
  * rows that put the first trial's scaled values exactly on midpoints (ties):
- * max 127 makes that trial's scale 1, and the values are half-integers. */
+ * max 127 makes that trial's scale 1, and the values are half-integers;
+ * every third row has a zero block. */
 TEST(codec_iq4nl_buckets_and_ties) {
     float mid[15];
     for (int k = 0; k < 15; k++) mid[k] = (kvq_iq4nl_values[k] + kvq_iq4nl_values[k + 1]) * 0.5f;
@@ -268,6 +269,8 @@ TEST(codec_iq4nl_buckets_and_ties) {
          * at e >= 16 the block scale is an fp16 denormal, whose rounding puts
          * the final quantization's values beyond the buckets' span. */
         for (int j = 0; j < d; j++) x[j] = ldexpf(x[j], -(r % 28));
+        /* a zero block among the others: the search pairs skip it */
+        if (r % 3 == 0) memset(x + 32 * (r / 3 % 5), 0, sizeof(float) * 32);
         CHECK_OK(kvq_codec_encode_row(ref, x, a));
         for (int isa = KVQ_ISA_AVX2; isa < KVQ_ISA_COUNT; isa++) {
             if (!kvq_isa_supported((kvq_isa)isa)) continue;
