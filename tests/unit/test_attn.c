@@ -526,7 +526,7 @@ TEST(attn_integer_kernel_every_group_head_dim_and_codec_pair) {
             }
             for (int i = 0; i < n_q * n_head * d; i++)
                 CHECKF(fabsf(out[i] - out2[i]) <= 1e-6f * (1.0f + fabsf(out[i])), "1 vs 2 threads differ at %d", i);
-            /* The VNNI-only kernels (vpshufb) compute the same integers as the VBMI ones (vpermb: 2- and 3-bit, iq4_nl). */
+            /* The VNNI-only kernels compute the same integers as the VBMI ones (vpermb for the 2- and 3-bit kinds). */
             if (kvq_cpu_has_vbmi()) {
                 kvq_cpu_vbmi_off(1);
                 CHECK_OK(kvq_attn_run(kv, 0, NULL, KVQ_ISA_AVX512, n - n_q, n_q, n_head, q, out2));
