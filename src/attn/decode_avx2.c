@@ -130,9 +130,13 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, int 
         float *sg = s + g * np;
         __m256 mx = _mm256_set1_ps(-INFINITY);
         for (int t = 0; t < np; t += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(sg + t));
-        const float mt = hmax8(mx);
-        const float m_new = mt > m[g] ? mt : m[g];
-        const float alpha = expf(m[g] - m_new);
+        /* A new maximum is rare at depth: see softmax_update (softmax_avx512.h). */
+        float m_new = m[g], alpha = 1.0f;
+        if (_mm256_movemask_ps(_mm256_cmp_ps(mx, _mm256_set1_ps(m[g]), _CMP_GT_OQ))) {
+            const float mt = hmax8(mx);
+            m_new = mt > m[g] ? mt : m[g];
+            alpha = expf(m[g] - m_new);
+        }
         __m256 sum = _mm256_setzero_ps();
         const __m256 mv = _mm256_set1_ps(m_new);
         for (int t = 0; t < np; t += 8) {

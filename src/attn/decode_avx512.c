@@ -368,9 +368,14 @@ KVQ_TARGET_AVX512 void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, i
                 const __mmask16 m0 = (__mmask16)live, m1 = (__mmask16)(live >> 16);
                 const __m512 ninf = _mm512_set1_ps(-INFINITY);
                 const __m512 s0 = _mm512_mask_load_ps(ninf, m0, sr), s1 = _mm512_mask_load_ps(ninf, m1, sr + 16);
-                const float mt = _mm512_reduce_max_ps(_mm512_max_ps(s0, s1));
-                const float m_new = mt > *qr->m ? mt : *qr->m;
-                alpha[r] = expf(*qr->m - m_new);
+                /* A new maximum is rare at depth: see softmax_update. */
+                const __m512 mx = _mm512_max_ps(s0, s1);
+                float m_new = *qr->m;
+                if (_mm512_cmp_ps_mask(mx, _mm512_set1_ps(m_new), _CMP_GT_OQ)) {
+                    const float mt = _mm512_reduce_max_ps(mx);
+                    m_new = mt > *qr->m ? mt : *qr->m;
+                    alpha[r] = expf(*qr->m - m_new);
+                }
                 const __m512 mv = _mm512_set1_ps(m_new);
                 const __m512 p0 = _mm512_maskz_mov_ps(m0, exp16(_mm512_sub_ps(s0, mv)));
                 const __m512 p1 = _mm512_maskz_mov_ps(m1, exp16(_mm512_sub_ps(s1, mv)));

@@ -45,9 +45,15 @@ KVQ_TARGET_AVX512 static KVQ_ALWAYS_INLINE void softmax_update(const int G, int 
         float *sg = s + g * np;
         __m512 mx = _mm512_set1_ps(-INFINITY);
         for (int t = 0; t < np; t += 16) mx = _mm512_max_ps(mx, _mm512_load_ps(sg + t));
-        const float mt = _mm512_reduce_max_ps(mx);
-        const float m_new = mt > m[g] ? mt : m[g];
-        const float alpha = expf(m[g] - m_new);
+        /* At depth a run rarely holds a new maximum: then m stays and alpha
+         * is 1 (as expf(0) would give) without the horizontal max and expf,
+         * and the predicted branch lets the exponentials start at once. */
+        float m_new = m[g], alpha = 1.0f;
+        if (_mm512_cmp_ps_mask(mx, _mm512_set1_ps(m[g]), _CMP_GT_OQ)) {
+            const float mt = _mm512_reduce_max_ps(mx);
+            m_new = mt > m[g] ? mt : m[g];
+            alpha = expf(m[g] - m_new);
+        }
         __m512 sum = _mm512_setzero_ps();
         const __m512 mv = _mm512_set1_ps(m_new);
         for (int t = 0; t < np; t += 16) {
