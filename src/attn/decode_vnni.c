@@ -464,8 +464,10 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
             }
         } else {
             const int dims = b == 4 ? 8 : 16, per = dims / 4; /* dims per vector, dword quads per vector */
+#pragma GCC unroll 8
             for (int m = 0; m < d / dims; m++) {
                 const __m512i z = load_line(grp, pg, 64 * (size_t)m);
+#pragma GCC unroll 4
                 for (int k = 0; k < per; k++) {
                     const __m512i x = rot_codes(VBMI, b, k, z, tab);
 #pragma GCC unroll 8
@@ -485,6 +487,15 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
                                                _mm512_mul_ps(_mm512_cvtepi32_ps(a[g]), _mm512_mul_ps(dk, qs[g]))));
     }
     }
+}
+
+/* a[g][u] += p quad (pb[g]) x the codes k of z, for G heads. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void rot_pv_unit(const int VBMI, const int b, const int G, int k, int u,
+                                                                 __m512i z, const __m512i tab[4], const __m512i pb[4],
+                                                                 __m512i a[4][4]) {
+    const __m512i x = rot_codes(VBMI, b, k, z, tab);
+#pragma GCC unroll 4
+    for (int g = 0; g < G; g++) a[g][u] = _mm512_dpbusd_epi32(a[g][u], x, pb[g]);
 }
 
 /* acc (G, d) += p (G, NT T) x NT rotated V tiles: p times each token's scale
@@ -545,14 +556,21 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
                 __m512i pb[4];
 #pragma GCC unroll 4
                 for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g][i * T + 4 * j]));
-                for (int w = 0; w < (b == 4 ? U / 2 : 1); w++) { /* vectors of this pass */
-                    const __m512i z = load_line(vt, pf, (size_t)j * quad_bytes + 64 * ((b == 4 ? 2 : 1) * (size_t)c + w));
-                    for (int k = 0; k < (b == 4 ? 2 : 4); k++) {
-                        const __m512i x = rot_codes(VBMI, b, k, z, tab);
-#pragma GCC unroll 4
-                        for (int g = 0; g < G; g++)
-                            a[g][(b == 4 ? 2 * w : 0) + k] = _mm512_dpbusd_epi32(a[g][(b == 4 ? 2 * w : 0) + k], x, pb[g]);
-                    }
+                /* b = 4: units 0, 1 from the pass's first vector, 2, 3 from its
+                 * second (where U = 4); b = 2: units 0..3 from one vector. Spelt
+                 * out: GCC kept the accumulators in memory when the units came
+                 * from loops it would not unroll. */
+                const size_t at = (size_t)j * quad_bytes + 64 * ((b == 4 ? 2 : 1) * (size_t)c);
+                const __m512i z = load_line(vt, pf, at);
+                rot_pv_unit(VBMI, b, G, 0, 0, z, tab, pb, a);
+                rot_pv_unit(VBMI, b, G, 1, 1, z, tab, pb, a);
+                if (b == 2) {
+                    rot_pv_unit(VBMI, b, G, 2, 2, z, tab, pb, a);
+                    rot_pv_unit(VBMI, b, G, 3, 3, z, tab, pb, a);
+                } else if (U == 4) {
+                    const __m512i z1 = load_line(vt, pf, at + 64);
+                    rot_pv_unit(VBMI, b, G, 0, 2, z1, tab, pb, a);
+                    rot_pv_unit(VBMI, b, G, 1, 3, z1, tab, pb, a);
                 }
             }
         }
@@ -561,7 +579,8 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++)
 #pragma GCC unroll 4
-            for (int u = 0; u < U; u++) {
+            for (int u = 0; u < 4; u++) {
+                if (u >= U) continue;
                 float *dst = acc + (size_t)g * d + 64 * c + 16 * u;
                 _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][u]), _mm512_set1_ps(sp[g]),
                                                       _mm512_loadu_ps(dst)));
