@@ -150,13 +150,13 @@ static KVQ_ALWAYS_INLINE int32_t ld32(const void *p) {
 /* s (G, NT T): the scores of tokens [0, n) of NT interleaved K tiles, -Inf past n.
  * The query residual (a second product, ~15 bits of query) only for q8_0 K,
  * whose own error is small enough for 8 bits of query to show. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G, int nb, int T, int n,
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G, int nb, int T, int NT, int n,
                                                            const kvq_attn_qi8 *q, const kvq_attn_itiles *it,
                                                            float *s) {
-    const int KQ8 = KIND == KVQ_ITILE_Q8_0, QP = KQ8 ? 2 : 1, ST = it->NT * T;
+    const int KQ8 = KIND == KVQ_ITILE_Q8_0, QP = KQ8 ? 2 : 1, ST = NT * T;
     const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? lane_lut(it->lut[0]) : _mm512_setzero_si512();
     const size_t gb = k_group_bytes(KIND, nb), gc = k_group_codes(KIND, nb);
-    for (int i = 0; i < it->NT; i++) {
+    for (int i = 0; i < NT; i++) {
     const uint8_t *kt = it->k[i], *pf = it->k_next[i];
 #pragma GCC unroll 2
     for (int h = 0; h < T / 16; h++) {
@@ -276,9 +276,9 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE float p_dot(const float *p, const
  * errors meet values as small as theirs: uncentred codes 0..31 doubled the
  * worst error of the tests' cases), plus sum p (m + off d) per (head,
  * block) added to the block's dims in float. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, int d, int nb, int T,
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, int d, int nb, int T, int NT,
                                                        const float *p, const kvq_attn_itiles *it, float *acc) {
-    const int VQ8 = KIND == KVQ_ITILE_Q8_0, NT = it->NT, ST = NT * T;
+    const int VQ8 = KIND == KVQ_ITILE_Q8_0, ST = NT * T;
     const int off = VQ8 ? 0 : KIND == KVQ_ITILE_IQ4_NL ? 128 : has_hi(KIND) ? 16 : 8;
     /* p unsigned (one bit more) where the V scales are >= 0: q8_0 against its
      * s8 codes, q4_1 / q5_1 against their codes 0..31, s8 as well. */
@@ -431,17 +431,17 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i rot_codes(const int VBMI,
 
 /* s (G, NT T) over NT rotated K tiles: per group of 16 tokens, the codes of 4
  * dims x 16 tokens per vpdpbusd; one float conversion per group. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, const int VBMI, const int G, int d, int T, int n,
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, const int VBMI, const int G, int d, int T, int NT, int n,
                                                                const kvq_attn_qi8 *q, const kvq_attn_itiles *it,
                                                                float *s) {
-    const int b = rot_bits(KIND), ST = it->NT * T;
+    const int b = rot_bits(KIND), ST = NT * T;
     const size_t codes = 2 * (size_t)d * b, gb = codes + 32;
     __m512i tab[4];
     rot_tables(b, it->lut[0], tab);
     __m512 qs[KVQ_ATTN_MAX_G];
 #pragma GCC unroll 8
     for (int g = 0; g < G; g++) qs[g] = _mm512_set1_ps(q[g].scale[0] * it->unit[0]);
-    for (int i = 0; i < it->NT; i++) {
+    for (int i = 0; i < NT; i++) {
 #pragma GCC unroll 2
     for (int h = 0; h < T / 16; h++) {
         const uint8_t *grp = it->k[i] + h * gb, *pg = it->k_next[i] ? it->k_next[i] + h * gb : NULL;
@@ -502,9 +502,9 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void rot_pv_unit(const int VBMI, 
  * rounded to int8 per (head, run), against the u8 codes (centroid + 128;
  * the offset corrected in the accumulator's start). G <= 4 (callers split):
  * 4 accumulators of 16 dims per head for each 64 dims in flight. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const int VBMI, const int G, int d, int T,
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const int VBMI, const int G, int d, int T, int NT,
                                                            const float *p, const kvq_attn_itiles *it, float *acc) {
-    const int b = rot_bits(KIND), NT = it->NT, ST = NT * T;
+    const int b = rot_bits(KIND), ST = NT * T;
     _Alignas(64) int8_t pq[4][KVQ_KV_MAX_TILE];
     float sp[4];
     int32_t corr[4];
@@ -606,9 +606,9 @@ static void pv_f16(int G, int d, int T, int n, const float *p, const kvq_attn_it
     }
 }
 
-/* Scores and P x V are instantiated per codec kind and G, each with d and T
- * constants for the common case (head_dim 64, 32-token tiles: the loops over
- * blocks and token groups unroll) and a general one. */
+/* Scores and P x V are instantiated per codec kind and G, each with d, T and
+ * NT constants for the common case (head_dim 64, a pair of 32-token tiles:
+ * the loops over blocks, tiles and token groups unroll) and a general one. */
 typedef void (*scores_fn)(int d, int T, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *it, float *s);
 typedef void (*pv_fn)(int d, int T, int n, const float *p, const kvq_attn_itiles *it, float *acc);
 
@@ -616,29 +616,31 @@ typedef void (*pv_fn)(int d, int T, int n, const float *p, const kvq_attn_itiles
     KVQ_TARGET_AVX512VNNI static void scores_##V##_##G(int d, int T, int n, const kvq_attn_qi8 *q,            \
                                                        const kvq_attn_itiles *it, float *s) {                \
         const int KIND = base_kind(V), VBMI = is_vbmi(V);                                                    \
+        const int common = d == 64 && T == 32 && it->NT == 2;                                                \
         if (KIND >= KVQ_ITILE_ROT2) {                                                                        \
-            if (d == 64 && T == 32) scores_rot(KIND, VBMI, G, 64, 32, n, q, it, s);                          \
-            else scores_rot(KIND, VBMI, G, d, T, n, q, it, s);                                               \
-        } else if (d == 64 && T == 32) scores(KIND, G, 2, 32, n, q, it, s);                                  \
-        else scores(KIND, G, d / 32, T, n, q, it, s);                                                        \
+            if (common) scores_rot(KIND, VBMI, G, 64, 32, 2, n, q, it, s);                                   \
+            else scores_rot(KIND, VBMI, G, d, T, it->NT, n, q, it, s);                                       \
+        } else if (common) scores(KIND, G, 2, 32, 2, n, q, it, s);                                           \
+        else scores(KIND, G, d / 32, T, it->NT, n, q, it, s);                                                \
     }
 #define VNNI_PV(V, G)                                                                                        \
     KVQ_TARGET_AVX512VNNI static void pv_##V##_##G(int d, int T, int n, const float *p,                     \
                                                    const kvq_attn_itiles *it, float *acc) {                  \
         const int KIND = base_kind(V), VBMI = is_vbmi(V);                                                    \
+        const int common = d == 64 && T == 32 && it->NT == 2;                                                \
         if (KIND == KVQ_ITILE_F16) {                                                                         \
             pv_f16(G, d, T, n, p, it, acc);                                                                  \
         } else if (KIND >= KVQ_ITILE_ROT2) {                                                                 \
             const int G1 = G < 4 ? G : 4, G2 = G - G1; /* pv_rot takes 4 heads at most */                   \
-            if (d == 64 && T == 32) {                                                                        \
-                pv_rot(KIND, VBMI, G1, 64, 32, p, it, acc);                                                  \
-                if (G2) pv_rot(KIND, VBMI, G2, 64, 32, p + G1 * 32 * it->NT, it, acc + G1 * 64);             \
+            if (common) {                                                                                    \
+                pv_rot(KIND, VBMI, G1, 64, 32, 2, p, it, acc);                                               \
+                if (G2) pv_rot(KIND, VBMI, G2, 64, 32, 2, p + G1 * 64, it, acc + G1 * 64);                   \
             } else {                                                                                         \
-                pv_rot(KIND, VBMI, G1, d, T, p, it, acc);                                                    \
-                if (G2) pv_rot(KIND, VBMI, G2, d, T, p + G1 * T * it->NT, it, acc + (size_t)G1 * d);         \
+                pv_rot(KIND, VBMI, G1, d, T, it->NT, p, it, acc);                                            \
+                if (G2) pv_rot(KIND, VBMI, G2, d, T, it->NT, p + G1 * T * it->NT, it, acc + (size_t)G1 * d); \
             }                                                                                                \
-        } else if (d == 64 && T == 32) pv(KIND, G, 64, 2, 32, p, it, acc);                                   \
-        else pv(KIND, G, d, d / 32, T, p, it, acc);                                                          \
+        } else if (common) pv(KIND, G, 64, 2, 32, 2, p, it, acc);                                            \
+        else pv(KIND, G, d, d / 32, T, it->NT, p, it, acc);                                                  \
     }
 #define VNNI_GS(F, KIND) F(KIND, 1) F(KIND, 2) F(KIND, 3) F(KIND, 4) F(KIND, 5) F(KIND, 6) F(KIND, 7) F(KIND, 8)
 #define VNNI_FNS(KIND) VNNI_GS(VNNI_SCORES, KIND) VNNI_GS(VNNI_PV, KIND)
