@@ -300,12 +300,17 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
         if (has_min(KIND)) { /* m after every block's d */
             const uint8_t *const vm[2] = {vs[0] + 2 * (size_t)nb * T, NT > 1 ? vs[1] + 2 * (size_t)nb * T : NULL};
             scales_f32(vm, NT, T, ms);
+            /* ms = m + off d: one dot product with p per head (below) */
+#pragma GCC unroll 4
+            for (int t = 0; t < ST; t += 16)
+                _mm512_store_ps(ms + t, _mm512_fmadd_ps(_mm512_load_ps(ds + t), _mm512_set1_ps((float)off),
+                                                        _mm512_load_ps(ms + t)));
         }
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++) {
             const int32_t sum = round_p(p + g * ST, ds, ST, U8, &pq[((size_t)g * nb + b) * ST], &sp[g][b]);
             corr[g][b] = -off * sum;
-            if (has_min(KIND)) pm[g][b] = p_dot(p + g * ST, ms, ST) + (float)off * p_dot(p + g * ST, ds, ST);
+            if (has_min(KIND)) pm[g][b] = p_dot(p + g * ST, ms, ST);
         }
     }
     /* Blocks per pass over the tile: 2 BB accumulators per head stay in registers. */
