@@ -242,22 +242,43 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scales_f32(const uint8_t *co
 /* Softmax weights p (np) times the tokens' V scales ds (np), rounded to 8
  * bits (s8, or u8 where U8: one bit more for q8_0's non-negative scales)
  * with step max / levels: stores the codes in out, the step in *step, and
- * returns the codes' sum (for the codes' offset correction). */
+ * returns the codes' sum (for the codes' offset correction). The products
+ * stay in registers between the two passes (np = 64 in the common case),
+ * vrangeps takes the larger magnitude in one operation, and four vectors
+ * of codes are packed into one 64-byte store (vpmovdb is two uops each). */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE int32_t round_p(const float *p, const float *ds, int np, const int U8,
                                                               int8_t *out, float *step) {
+    __m512 x[KVQ_KV_MAX_TILE / 16];
     __m512 mx = _mm512_setzero_ps();
 #pragma GCC unroll 4
-    for (int t = 0; t < np; t += 16)
-        mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_mul_ps(_mm512_load_ps(p + t), _mm512_load_ps(ds + t))));
+    for (int i = 0; i < np / 16; i++) {
+        x[i] = _mm512_mul_ps(_mm512_load_ps(p + 16 * i), _mm512_load_ps(ds + 16 * i));
+        mx = _mm512_range_ps(mx, x[i], 0x0B); /* max |.|, sign cleared */
+    }
     const float amax = _mm512_reduce_max_ps(mx), levels = U8 ? 255.0f : 127.0f;
     const __m512 inv = _mm512_set1_ps(amax > 0 ? levels / amax : 0.0f);
     *step = amax / levels;
+    /* packs work within 128-bit lanes: dword 4 i + k of the packed vector
+     * holds codes 4 i .. 4 i + 3 of vector k; this puts them at 4 k + i. */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     __m512i sum = _mm512_setzero_si512();
+    int i = 0;
 #pragma GCC unroll 4
-    for (int t = 0; t < np; t += 16) {
-        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(p + t), _mm512_load_ps(ds + t)), inv));
+    for (; i + 4 <= np / 16; i += 4) {
+        __m512i qi[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            qi[k] = _mm512_cvtps_epi32(_mm512_mul_ps(x[i + k], inv));
+            sum = _mm512_add_epi32(sum, qi[k]);
+        }
+        const __m512i w01 = _mm512_packs_epi32(qi[0], qi[1]), w23 = _mm512_packs_epi32(qi[2], qi[3]);
+        const __m512i b = U8 ? _mm512_packus_epi16(w01, w23) : _mm512_packs_epi16(w01, w23);
+        _mm512_storeu_si512(out + 16 * i, _mm512_permutexvar_epi32(order, b));
+    }
+    for (; i < np / 16; i++) {
+        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(x[i], inv));
         sum = _mm512_add_epi32(sum, qi);
-        _mm_store_si128((__m128i *)(out + t), U8 ? _mm512_cvtusepi32_epi8(qi) : _mm512_cvtepi32_epi8(qi));
+        _mm_storeu_si128((__m128i *)(out + 16 * i), U8 ? _mm512_cvtusepi32_epi8(qi) : _mm512_cvtepi32_epi8(qi));
     }
     return _mm512_reduce_add_epi32(sum);
 }
