@@ -490,7 +490,6 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
             }
         } else {
             const int dims = b == 4 ? 8 : 16, per = dims / 4; /* dims per vector, dword quads per vector */
-#pragma GCC unroll 8
             for (int m = 0; m < d / dims; m++) {
                 const __m512i z = load_line(grp, pg, 64 * (size_t)m);
 #pragma GCC unroll 4
