@@ -17,7 +17,8 @@
  * The rotated codecs' b-bit indices (b = 2, 3, 4) go through the same kind
  * of table, into their centroids rounded to int8 + 128 (kvq_attn_itiles.lut);
  * their one scale per row lets the query take one scale per head and p one
- * per (head, tile), so their int32 sums span the whole head.
+ * per (head, tile), so their int32 sums span the whole head; P x V reads
+ * those tables as s8 centroids against u8 p.
  * The int32 sums become floats once per block (scores) or tile (P x V).
  * V may also be f16 rows beside interleaved K (the K-only presets): P x V
  * then runs in float over the rows (pv_f16), after the same integer scores. */
@@ -239,25 +240,71 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scales_f32(const uint8_t *co
             _mm512_store_ps(out + i * T + h, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc[i] + 2 * h))));
 }
 
-/* Softmax weights p (np) times the tokens' V scales ds (np), rounded to 8
- * bits (s8, or u8 where U8: one bit more for q8_0's non-negative scales)
- * with step max / levels: stores the codes in out, the step in *step, and
- * returns the codes' sum (for the codes' offset correction). The products
- * stay in registers between the two passes (np = 64 in the common case),
- * vrangeps takes the larger magnitude in one operation, and four vectors
- * of codes are packed into one 64-byte store (vpmovdb is two uops each). */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE int32_t round_p(const float *p, const float *ds, int np, const int U8,
-                                                              int8_t *out, float *step) {
-    __m512 x[KVQ_KV_MAX_TILE / 16];
+/* Horizontal reductions of n <= 16 vectors at once (OP: the largest value,
+ * the float or the int32 sum). The vectors are folded pairwise, two lane
+ * shuffles and one OP per pair at each of four levels: 6 vectors (3 heads x
+ * 2 blocks) take 24 operations where a reduction each took 48, and their
+ * latencies overlap. Vector i ends in lane hr_lane(i); lanes of i >= n
+ * hold leftovers. */
+enum { HR_MAX_PS, HR_ADD_PS, HR_ADD_EPI32 };
+static inline int hr_lane(int i) { return 4 * (i % 4) + i / 4; }
+
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512 hr_op(const int OP, __m512 a, __m512 b) {
+    if (OP == HR_MAX_PS) return _mm512_max_ps(a, b);
+    if (OP == HR_ADD_PS) return _mm512_add_ps(a, b);
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
+
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512 hreduce(const int OP, int n, const __m512 *v) {
+    /* level 1: 128-bit lanes 0-1 of l1[i] hold v[2i]'s partials, 2-3 v[2i + 1]'s;
+     * level 2: lane k of l2[i] v[4i + k]'s; levels 3 and 4 within lanes, so
+     * element e of lane k ends as v[4e + k]'s. A missing partner is the
+     * vector itself (its results land in unused lanes). */
+    const int n1 = (n + 1) / 2, n2 = (n1 + 1) / 2, n3 = (n2 + 1) / 2;
+    __m512 l1[8], l2[4], l3[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        if (i < n1) {
+            const __m512 a = v[2 * i], b = 2 * i + 1 < n ? v[2 * i + 1] : a;
+            l1[i] = hr_op(OP, _mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+        }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        if (i < n2) {
+            const __m512 a = l1[2 * i], b = 2 * i + 1 < n1 ? l1[2 * i + 1] : a;
+            l2[i] = hr_op(OP, _mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+        }
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)
+        if (i < n3) {
+            const __m512 a = l2[2 * i], b = 2 * i + 1 < n2 ? l2[2 * i + 1] : a;
+            l3[i] = hr_op(OP, _mm512_shuffle_ps(a, b, 0x44), _mm512_shuffle_ps(a, b, 0xEE));
+        }
+    const __m512 a = l3[0], b = n3 > 1 ? l3[1] : a;
+    return hr_op(OP, _mm512_shuffle_ps(a, b, 0x88), _mm512_shuffle_ps(a, b, 0xDD));
+}
+
+/* Softmax weights p (np) times the tokens' V scales ds (np), stored to x;
+ * returns their largest magnitudes lane-wise (vrangeps: one operation). */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512 scale_p(const float *p, const float *ds, int np, float *x) {
     __m512 mx = _mm512_setzero_ps();
 #pragma GCC unroll 4
-    for (int i = 0; i < np / 16; i++) {
-        x[i] = _mm512_mul_ps(_mm512_load_ps(p + 16 * i), _mm512_load_ps(ds + 16 * i));
-        mx = _mm512_range_ps(mx, x[i], 0x0B); /* max |.|, sign cleared */
+    for (int i = 0; i < np; i += 16) {
+        const __m512 xi = _mm512_mul_ps(_mm512_load_ps(p + i), _mm512_load_ps(ds + i));
+        _mm512_store_ps(x + i, xi);
+        mx = _mm512_range_ps(mx, xi, 0x0B); /* max |.|, sign cleared */
     }
-    const float amax = _mm512_reduce_max_ps(mx), levels = U8 ? 255.0f : 127.0f;
-    const __m512 inv = _mm512_set1_ps(amax > 0 ? levels / amax : 0.0f);
-    *step = amax / levels;
+    return mx;
+}
+
+/* x (np) rounded to 8 bits (s8, or u8 where U8: one bit more for
+ * non-negative x) with inverse step inv: stores the codes in out and
+ * returns their sums lane-wise (for the codes' offset correction). Four
+ * vectors of codes are packed into one 64-byte store (vpmovdb is two uops
+ * each). */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i code_p(const float *x, int np, float inv_step, const int U8,
+                                                             int8_t *out) {
+    const __m512 inv = _mm512_set1_ps(inv_step);
     /* packs work within 128-bit lanes: dword 4 i + k of the packed vector
      * holds codes 4 i .. 4 i + 3 of vector k; this puts them at 4 k + i. */
     const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
@@ -268,7 +315,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE int32_t round_p(const float *p, c
         __m512i qi[4];
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
-            qi[k] = _mm512_cvtps_epi32(_mm512_mul_ps(x[i + k], inv));
+            qi[k] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(x + 16 * (i + k)), inv));
             sum = _mm512_add_epi32(sum, qi[k]);
         }
         const __m512i w01 = _mm512_packs_epi32(qi[0], qi[1]), w23 = _mm512_packs_epi32(qi[2], qi[3]);
@@ -276,19 +323,71 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE int32_t round_p(const float *p, c
         _mm512_storeu_si512(out + 16 * i, _mm512_permutexvar_epi32(order, b));
     }
     for (; i < np / 16; i++) {
-        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(x[i], inv));
+        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(x + 16 * i), inv));
         sum = _mm512_add_epi32(sum, qi);
         _mm_storeu_si128((__m128i *)(out + 16 * i), U8 ? _mm512_cvtusepi32_epi8(qi) : _mm512_cvtepi32_epi8(qi));
     }
-    return _mm512_reduce_add_epi32(sum);
+    return sum;
 }
 
-/* Softmax weights p (np) times the values ds (np), summed. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE float p_dot(const float *p, const float *ds, int np) {
-    __m512 x = _mm512_setzero_ps();
+/* Softmax weights p (G, ST) times V scales, rounded to 8 bits per (head,
+ * block): pair k = g nb + b (n = G nb pairs) takes p + g ST and the scales
+ * ds + b ST. Stores the codes at pq + k ST, the step (largest magnitude /
+ * levels) in step[k] and, where the codes carry an offset off, their sum
+ * times -off in corr[k] (0 where off is 0; corr may then be NULL). The
+ * pairs go 16 at a time so that their horizontal maxima and sums are
+ * reduced together (hreduce): -2 to -7% a token for the ggml kinds. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void round_p(int n, int nb, int ST, const float *p, const float *ds,
+                                                           const int U8, const int off, int8_t *pq, float *step,
+                                                           int32_t *corr) {
+    const float levels = U8 ? 255.0f : 127.0f;
+    for (int k0 = 0; k0 < n; k0 += 16) {
+        const int nk = n - k0 < 16 ? n - k0 : 16;
+        _Alignas(64) float x[16 * KVQ_KV_MAX_TILE]; /* p ds of pair k0 + k at x + k ST */
+        __m512 v[16];
+#pragma GCC unroll 8
+        for (int k = 0; k < nk; k++) v[k] = scale_p(p + (k0 + k) / nb * ST, ds + (k0 + k) % nb * ST, ST, x + k * ST);
+        const __m512 amax = hreduce(HR_MAX_PS, nk, v);
+        _Alignas(64) float inv[16], st[16];
+        const __mmask16 nonzero = _mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_GT_OQ);
+        _mm512_store_ps(inv, _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(levels), amax));
+        _mm512_store_ps(st, _mm512_mul_ps(amax, _mm512_set1_ps(1.0f / levels)));
+#pragma GCC unroll 8
+        for (int k = 0; k < nk; k++) {
+            v[k] = _mm512_castsi512_ps(code_p(x + k * ST, ST, inv[hr_lane(k)], U8, pq + (size_t)(k0 + k) * ST));
+            step[k0 + k] = st[hr_lane(k)];
+        }
+        if (!off) {
+            if (corr)
+                for (int k = 0; k < nk; k++) corr[k0 + k] = 0;
+            continue;
+        }
+        _Alignas(64) int32_t sum[16];
+        _mm512_store_si512(sum, _mm512_castps_si512(hreduce(HR_ADD_EPI32, nk, v)));
+#pragma GCC unroll 8
+        for (int k = 0; k < nk; k++) corr[k0 + k] = -off * sum[hr_lane(k)];
+    }
+}
+
+/* sum_t p (g, t) ms (b, t) for the n = G nb pairs k = g nb + b, into
+ * out[k], reduced 16 at a time. */
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void p_dots(int n, int nb, int ST, const float *p, const float *ms,
+                                                          float *out) {
+    for (int k0 = 0; k0 < n; k0 += 16) {
+        const int nk = n - k0 < 16 ? n - k0 : 16;
+        __m512 v[16];
+#pragma GCC unroll 8
+        for (int k = 0; k < nk; k++) {
+            const float *pg = p + (k0 + k) / nb * ST, *mb = ms + (k0 + k) % nb * ST;
+            v[k] = _mm512_setzero_ps();
 #pragma GCC unroll 4
-    for (int t = 0; t < np; t += 16) x = _mm512_fmadd_ps(_mm512_load_ps(p + t), _mm512_load_ps(ds + t), x);
-    return _mm512_reduce_add_ps(x);
+            for (int t = 0; t < ST; t += 16) v[k] = _mm512_fmadd_ps(_mm512_load_ps(pg + t), _mm512_load_ps(mb + t), v[k]);
+        }
+        _Alignas(64) float s[16];
+        _mm512_store_ps(s, hreduce(HR_ADD_PS, nk, v));
+#pragma GCC unroll 8
+        for (int k = 0; k < nk; k++) out[k0 + k] = s[hr_lane(k)];
+    }
 }
 
 /* acc (G, d) += p (G, NT T) x NT interleaved V tiles. q4_1 / q5_1 (value
@@ -309,31 +408,30 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
      * pq[(g nb + b) ST + t], packed (rows 4 KiB apart would alias the stores
      * they follow). */
     _Alignas(64) int8_t pq[KVQ_ATTN_MAX_G * KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
-    float sp[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32];
-    int32_t corr[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32];
-    float pm[KVQ_ATTN_MAX_G][KVQ_MAX_HEAD_DIM / 32]; /* sum p (m + off d): block b's dims' share of the mins */
+    /* per (head g, block b) at g nb + b: the step of its codes, the codes'
+     * offset correction, sum p (m + off d) (block b's dims' share of the mins) */
+    float sp[KVQ_ATTN_MAX_G * KVQ_MAX_HEAD_DIM / 32], pm[KVQ_ATTN_MAX_G * KVQ_MAX_HEAD_DIM / 32];
+    int32_t corr[KVQ_ATTN_MAX_G * KVQ_MAX_HEAD_DIM / 32];
+    /* the tokens' V scales ds (nb, ST), and ms = m + off d (nb, ST) */
+    _Alignas(64) float ds[KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE], ms[KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
 #pragma GCC unroll 2
     for (int b = 0; b < nb; b++) {
         const size_t at = scales + 2 * (size_t)b * T;
         const uint8_t *const vs[2] = {it->v[0] + at, NT > 1 ? it->v[1] + at : NULL};
-        _Alignas(64) float ds[KVQ_KV_MAX_TILE], ms[KVQ_KV_MAX_TILE];
-        scales_f32(vs, NT, T, ds);
+        float *dsb = ds + b * ST, *msb = ms + b * ST;
+        scales_f32(vs, NT, T, dsb);
         if (has_min(KIND)) { /* m after every block's d */
             const uint8_t *const vm[2] = {vs[0] + 2 * (size_t)nb * T, NT > 1 ? vs[1] + 2 * (size_t)nb * T : NULL};
-            scales_f32(vm, NT, T, ms);
-            /* ms = m + off d: one dot product with p per head (below) */
+            scales_f32(vm, NT, T, msb);
+            /* ms = m + off d: one dot product with p per (head, block) */
 #pragma GCC unroll 4
             for (int t = 0; t < ST; t += 16)
-                _mm512_store_ps(ms + t, _mm512_fmadd_ps(_mm512_load_ps(ds + t), _mm512_set1_ps((float)off),
-                                                        _mm512_load_ps(ms + t)));
-        }
-#pragma GCC unroll 8
-        for (int g = 0; g < G; g++) {
-            const int32_t sum = round_p(p + g * ST, ds, ST, U8, &pq[((size_t)g * nb + b) * ST], &sp[g][b]);
-            corr[g][b] = -off * sum;
-            if (has_min(KIND)) pm[g][b] = p_dot(p + g * ST, ms, ST);
+                _mm512_store_ps(msb + t, _mm512_fmadd_ps(_mm512_load_ps(dsb + t), _mm512_set1_ps((float)off),
+                                                         _mm512_load_ps(msb + t)));
         }
     }
+    round_p(G * nb, nb, ST, p, ds, U8, off, pq, sp, corr);
+    if (has_min(KIND)) p_dots(G * nb, nb, ST, p, ms, pm);
     /* Blocks per pass over the tile: 2 BB accumulators per head stay in registers. */
     const int BB = G == 1 ? 8 : G == 2 ? 4 : G <= 4 ? 2 : 1;
     const __m512i lut = KIND == KVQ_ITILE_IQ4_NL ? lane_lut(it->lut[1]) : _mm512_setzero_si512();
@@ -342,7 +440,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++)
 #pragma GCC unroll 16
-            for (int k = 0; k < 2 * BB; k++) a[g][k] = _mm512_set1_epi32(b0 + k / 2 < nb ? corr[g][b0 + k / 2] : 0);
+            for (int k = 0; k < 2 * BB; k++) a[g][k] = _mm512_set1_epi32(b0 + k / 2 < nb ? corr[g * nb + b0 + k / 2] : 0);
         for (int i = 0; i < NT; i++) {
         const uint8_t *vt = it->v[i], *pf = it->v_next[i];
         const int8_t *pqi = pq + (size_t)i * T;
@@ -397,8 +495,8 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
                 if (b >= nb) break;
                 float *dst = acc + (size_t)g * d + 32 * b + 16 * (k % 2);
                 __m512 base = _mm512_loadu_ps(dst);
-                if (has_min(KIND)) base = _mm512_add_ps(base, _mm512_set1_ps(pm[g][b]));
-                _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][k]), _mm512_set1_ps(sp[g][b]), base));
+                if (has_min(KIND)) base = _mm512_add_ps(base, _mm512_set1_ps(pm[g * nb + b]));
+                _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[g][k]), _mm512_set1_ps(sp[g * nb + b]), base));
             }
     }
     for (int i = 0; i < NT; i++)
@@ -520,30 +618,31 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void rot_pv_unit(const int VBMI, 
                                                                  __m512i a[4][4]) {
     const __m512i x = rot_codes(VBMI, b, k, z, tab);
 #pragma GCC unroll 4
-    for (int g = 0; g < G; g++) a[g][u] = _mm512_dpbusd_epi32(a[g][u], x, pb[g]);
+    for (int g = 0; g < G; g++) a[g][u] = _mm512_dpbusd_epi32(a[g][u], pb[g], x);
 }
 
 /* acc (G, d) += p (G, NT T) x NT rotated V tiles: p times each token's scale
- * rounded to int8 per (head, run), against the u8 codes (centroid + 128;
- * the offset corrected in the accumulator's start). G <= 4 (callers split):
- * 4 accumulators of 16 dims per head for each 64 dims in flight. */
+ * rounded to u8 per (head, run) (both >= 0, so 255 levels and no offset to
+ * correct), against the centroids as s8. G <= 4 (callers split): 4
+ * accumulators of 16 dims per head for each 64 dims in flight. */
 KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const int VBMI, const int G, int d, int T, int NT,
                                                            const float *p, const kvq_attn_itiles *it, float *acc) {
     const int b = rot_bits(KIND), ST = NT * T;
-    _Alignas(64) int8_t pq[4][KVQ_KV_MAX_TILE];
+    _Alignas(64) int8_t pq[4 * KVQ_KV_MAX_TILE]; /* (G, ST) */
     float sp[4];
-    int32_t corr[4];
     const size_t scales = (size_t)T * d * b / 8;
     const uint8_t *const vs[2] = {it->v[0] + scales, NT > 1 ? it->v[1] + scales : NULL};
     _Alignas(64) float ds[KVQ_KV_MAX_TILE];
     scales_f32(vs, NT, T, ds);
+    round_p(G, 1, ST, p, ds, 1, 0, pq, sp, NULL);
 #pragma GCC unroll 4
-    for (int g = 0; g < G; g++) {
-        corr[g] = -128 * round_p(p + g * ST, ds, ST, 0, pq[g], &sp[g]);
-        sp[g] *= it->unit[1];
-    }
+    for (int g = 0; g < G; g++) sp[g] *= it->unit[1];
+    /* The centroids as s8 (the tables hold them + 128). The rows' least-
+     * squares scales are >= 0: every index has its coordinate's sign
+     * (rotated.h), so <y, c> >= 0. */
     __m512i tab[4];
     rot_tables(b, it->lut[1], tab);
+    for (int i = 0; i < (b == 4 ? 1 : b + 1); i++) tab[i] = _mm512_xor_si512(tab[i], _mm512_set1_epi8((char)0x80));
     /* 64 dims per pass (b = 4: two blocks of 32), one vector each (b = 3: per
      * octet of tokens, 3 vectors for its 2 quads). */
     const size_t quad_bytes = (size_t)d * b / 2; /* 4 tokens */
@@ -553,7 +652,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++)
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) a[g][u] = _mm512_set1_epi32(corr[g]);
+            for (int u = 0; u < 4; u++) a[g][u] = _mm512_setzero_si512();
         for (int i = 0; i < NT; i++) {
         const uint8_t *vt = it->v[i], *pf = it->v_next[i];
         if (b == 3) {
@@ -566,12 +665,12 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
                 for (int h = 0; h < 2; h++) { /* quad h: slots 4h + k, dims 64c + 16k.. */
                     __m512i pb[4];
 #pragma GCC unroll 4
-                    for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g][i * T + 8 * o + 4 * h]));
+                    for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g * ST + i * T + 8 * o + 4 * h]));
 #pragma GCC unroll 4
                     for (int k = 0; k < 4; k++) {
                         const __m512i x = rot3_slot(VBMI, 4 * h + k, v, top, tab);
 #pragma GCC unroll 4
-                        for (int g = 0; g < G; g++) a[g][k] = _mm512_dpbusd_epi32(a[g][k], x, pb[g]);
+                        for (int g = 0; g < G; g++) a[g][k] = _mm512_dpbusd_epi32(a[g][k], pb[g], x);
                     }
                 }
             }
@@ -580,7 +679,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
             for (int j = 0; j < T / 4; j++) {
                 __m512i pb[4];
 #pragma GCC unroll 4
-                for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g][i * T + 4 * j]));
+                for (int g = 0; g < G; g++) pb[g] = _mm512_set1_epi32(ld32(&pq[g * ST + i * T + 4 * j]));
                 /* b = 4: units 0, 1 from the pass's first vector, 2, 3 from its
                  * second (where U = 4); b = 2: units 0..3 from one vector. Spelt
                  * out: GCC kept the accumulators in memory when the units came
