@@ -427,7 +427,7 @@ VNNI static INL void vq_tile(const int KC, const int VC, const int T, const int 
                              float *l, float *acc) {
     float s[G * 64] __attribute__((aligned(64))); /* (G, T <= 64) */
     vq_scores(KC, T, QP, qq, k, kn, s);
-    softmax_update(G, D, T, s, m, l, acc);
+    softmax_update(0, G, D, T, s, m, l, acc);
     if (PVI) vq_pv_int(VC, T, PVI, s, v, vn, acc);  /* PVI: PP */
     else row_pv_float(VC, T, s, v, vn, acc);
 }

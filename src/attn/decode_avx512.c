@@ -249,7 +249,7 @@ KVQ_TARGET_AVX512 void kvq_attn_fused_avx512(int G, int d, int n, const float *q
     const int np = (n + 15) & ~15;
     float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE] __attribute__((aligned(64))); /* (G, np) scores, then p */
     scores_tab[k->fmt][G - 1](d, n, np, q, k, s);
-    softmax_update(G, d, np, s, m, l, acc);
+    softmax_update(0, G, d, np, s, m, l, acc);
     pv_tab[v->fmt][G - 1](d, n, np, s, v, acc);
 }
 

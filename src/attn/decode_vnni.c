@@ -803,7 +803,7 @@ KVQ_TARGET_AVX512VNNI void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_a
     const int kk = vbmi ? vbmi_variant(t->k_kind) : t->k_kind, vk = vbmi ? vbmi_variant(t->v_kind) : t->v_kind;
     _Alignas(64) float s[KVQ_ATTN_MAX_G * KVQ_KV_MAX_TILE]; /* (G, NT T) */
     score_table[kk][G - 1](d, t->T, n, q, t, s);
-    softmax_update(G, d, t->NT * t->T, s, m, l, acc);
+    softmax_update(1, G, d, t->NT * t->T, s, m, l, acc);
     pv_table[vk][G - 1](d, t->T, n, s, t, acc);
 }
 #undef VNNI_ROW
