@@ -262,6 +262,9 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512 hreduce(const int OP, int 
      * vector itself (its results land in unused lanes). */
     const int n1 = (n + 1) / 2, n2 = (n1 + 1) / 2, n3 = (n2 + 1) / 2;
     __m512 l1[8], l2[4], l3[2];
+    /* set so that GCC sees them set (unused ones are dropped once n is known) */
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) l1[i] = l2[i / 2] = l3[i / 4] = _mm512_setzero_ps();
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
         if (i < n1) {
