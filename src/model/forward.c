@@ -5,6 +5,7 @@
  * Prompts run in chunks of n_batch tokens with matmuls; one token with
  * matvecs. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,23 +30,30 @@ static double now_seconds(void) {
 /* ------------------------------------------------------------ threading */
 
 /* Up to three matrices applied to the same input in one dispatch (Q, K, V;
- * gate, up), each split into row chunks handed out across the pool. */
+ * gate, up). Their rows form one range (job j's after job j - 1's) that
+ * the threads claim in shrinking pieces ("guided" scheduling): a claim is
+ * 1/(2 n_threads) of the rows left, rounded up to 16 and cut at its job's
+ * end, so the first pieces are long (few cold starts of the row prefetch)
+ * and the last are 16 rows (the threads finish together). One thread
+ * takes each job whole. */
 typedef struct {
     const kvq_weight *w;
     float *y;          /* (n_tok, w->rows) */
-    int64_t rows_per_chunk;
-    int n_chunks;
+    int64_t first;     /* the job's first row in the dispatch's range */
 } linear_job;
 
 typedef struct {
     linear_job job[3];
     int n_jobs;
-    int swiglu;        /* jobs 0 (gate) and 1 (up) share their chunks; y0 = silu(y0) * y1 */
+    int swiglu;        /* jobs 0 (gate) and 1 (up) share their rows; y0 = silu(y0) * y1 */
     const float *x;    /* (n_tok, n) */
     const kvq_wxq *xq; /* x prepared for the integer kernels, or NULL */
     const kvq_wx16 *xs; /* one token's x prepared for the int16 matvec, or NULL */
     int n_tok;
+    int n_threads;
     kvq_isa isa;
+    int64_t total;     /* rows in the range */
+    _Atomic int64_t next; /* the first row not yet claimed */
 } linear_batch;
 
 static void linear_rows(const linear_batch *b, const linear_job *lj, int64_t r0, int64_t r1) {
@@ -60,26 +68,46 @@ static void linear_rows(const linear_batch *b, const linear_job *lj, int64_t r0,
         w->t->matmul[b->isa](w->t, w->data, w->row_bytes, b->x, b->n_tok, w->n, r0, r1, lj->y, w->rows);
 }
 
-static void linear_task(int task, int worker, void *arg) {
-    (void)worker;
-    const linear_batch *b = arg;
-    int j = 0;
-    while (!b->swiglu && task >= b->job[j].n_chunks) task -= b->job[j++].n_chunks;
-    const linear_job *lj = &b->job[j];
-    const int64_t rows = lj->w->rows;
-    const int64_t r0 = task * lj->rows_per_chunk;
-    const int64_t r1 = r0 + lj->rows_per_chunk < rows ? r0 + lj->rows_per_chunk : rows;
-    linear_rows(b, lj, r0, r1);
-    if (!b->swiglu) return;
-    /* SwiGLU on the rows just made, while they are in this core's cache
-     * (done serially after the dispatch it was 4% of a -t 2 step). */
-    const linear_job *up = &b->job[1];
-    linear_rows(b, up, r0, r1);
-    for (int t = 0; t < b->n_tok; t++)
-        for (int64_t r = r0; r < r1; r++) {
-            float *g = &lj->y[t * rows + r];
-            *g = *g / (1.0f + expf(-*g)) * up->y[t * rows + r];
+/* Claims the next piece of the range: its job and rows [*r0, *r1) of it;
+ * 0 when every row is taken. Pieces start at multiples of 16 in their job. */
+static int linear_claim(linear_batch *b, const linear_job **lj, int64_t *r0, int64_t *r1) {
+    int64_t at = atomic_load_explicit(&b->next, memory_order_relaxed);
+    for (;;) {
+        if (at >= b->total) return 0;
+        int j = b->n_jobs - 1;
+        while (b->job[j].first > at) j--;
+        const int64_t end = b->job[j].first + b->job[j].w->rows;
+        int64_t take = b->n_threads == 1 ? end - at : (b->total - at + 2 * b->n_threads - 1) / (2 * b->n_threads);
+        take = (take + 15) / 16 * 16;
+        const int64_t stop = at + take < end ? at + take : end;
+        if (atomic_compare_exchange_weak_explicit(&b->next, &at, stop, memory_order_relaxed, memory_order_relaxed)) {
+            *lj = &b->job[j];
+            *r0 = at - b->job[j].first;
+            *r1 = stop - b->job[j].first;
+            return 1;
         }
+    }
+}
+
+static void linear_task(int task, int worker, void *arg) {
+    (void)task, (void)worker;
+    linear_batch *b = arg;
+    const linear_job *lj;
+    int64_t r0, r1;
+    while (linear_claim(b, &lj, &r0, &r1)) {
+        linear_rows(b, lj, r0, r1);
+        if (!b->swiglu) continue;
+        /* SwiGLU on the rows just made, while they are in this core's cache
+         * (done serially after the dispatch it was 4% of a -t 2 step). */
+        const linear_job *up = &b->job[1];
+        const int64_t rows = lj->w->rows;
+        linear_rows(b, up, r0, r1);
+        for (int t = 0; t < b->n_tok; t++)
+            for (int64_t r = r0; r < r1; r++) {
+                float *g = &lj->y[t * rows + r];
+                *g = *g / (1.0f + expf(-*g)) * up->y[t * rows + r];
+            }
+    }
 }
 
 /* y_j = x W_j^T for each (W_j, y_j) pair given, on every thread.
@@ -98,25 +126,22 @@ static void linear_task(int task, int worker, void *arg) {
  * silu(y0) * y1 (y1 keeps x W_1^T). */
 static void linear(kvq_ctx *c, const float *x, int n_tok, int swiglu, const kvq_weight *w0, float *y0,
                    const kvq_weight *w1, float *y1, const kvq_weight *w2, float *y2) {
-    linear_batch b = {.x = x, .n_tok = n_tok, .isa = c->isa, .swiglu = swiglu};
+    linear_batch b = {.x = x, .n_tok = n_tok, .isa = c->isa, .swiglu = swiglu, .n_threads = c->n_threads};
     const kvq_weight *ws[3] = {w0, w1, w2};
     float *ys[3] = {y0, y1, y2};
-    int n_tasks = 0, integer = n_tok > 1 && c->p.int8_prefill;
+    int integer = n_tok > 1 && c->p.int8_prefill;
     int x16 = n_tok == 1 && !c->p.float_decode && kvq_wtype_x16_fast(c->isa);
     for (int j = 0; j < 3 && ws[j]; j++) {
         linear_job *lj = &b.job[b.n_jobs++];
         lj->w = ws[j];
         lj->y = ys[j];
+        lj->first = b.total;
         integer &= ws[j]->t->matmul_q[c->isa] != NULL;
         x16 &= ws[j]->t->matvec_x16[c->isa] != NULL;
-        /* About 4 chunks per thread for balance, rows a multiple of 16. */
-        int64_t per = (ws[j]->rows + 4 * c->n_threads - 1) / (4 * c->n_threads);
-        per = (per + 15) / 16 * 16;
-        lj->rows_per_chunk = per;
-        lj->n_chunks = (int)((ws[j]->rows + per - 1) / per);
-        n_tasks += lj->n_chunks;
+        if (!swiglu || j == 0) b.total += ws[j]->rows;
     }
-    if (swiglu) n_tasks = b.job[0].n_chunks;
+    if (swiglu) b.n_jobs = 1; /* up's rows go with gate's (linear_task) */
+    atomic_init(&b.next, 0);
     kvq_wxq xq;
     kvq_wx16 xs;
     if (x16) {
@@ -126,7 +151,7 @@ static void linear(kvq_ctx *c, const float *x, int n_tok, int swiglu, const kvq_
         xq = kvq_wtype_prep_x(c->isa, x, n_tok, w0->n, c->xq_scratch);
         b.xq = &xq;
     }
-    kvq_threadpool_run(c->pool, n_tasks, linear_task, &b);
+    kvq_threadpool_run(c->pool, c->n_threads, linear_task, &b);
 }
 
 /* --------------------------------------------------------------- pieces */
