@@ -118,8 +118,9 @@ bench-cache-probe: $(BUILD)/cache-probe
 SAN_FLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 TSAN_FLAGS := -fsanitize=thread
 # Test-name substrings `make tsan` runs (any matches): the multithreaded tests
-# (attention over a pool, the pool itself, appends whose flush runs on a pool).
-TSAN_FILTER ?= attn pool
+# (attention over a pool, the pool itself, appends whose flush runs on a pool,
+# the forward pass's linear dispatches on 2 threads: session_round_trip).
+TSAN_FILTER ?= attn pool session_round_trip
 
 # The C unit suite, the corpus replay and the CLI error cases under ASan+UBSan
 # (LeakSanitizer included) in build-asan/.
