@@ -111,17 +111,42 @@ static void rows_lut(const kvq_codec *c, int fmt, float lut[16]) {
 
 /* ---------------------------------------------------------------- driver */
 
-/* Tiles per task: fixed by the depth and the kv head count, never by the
- * thread count (the integer kernel pairs tiles within a task, so the
- * chunking is part of the result). About CHUNK_TASKS chunk tasks per layer:
- * each task starts on cold lines (prefetch runs within a task) and adds a
- * partial for the serial merge, so fewer, longer tasks won. smollm2-135m
- * shapes, 2 threads, 16 chunks per head -> 2: turbo3 at depth 4096 2.3 ->
- * 1.6 ms a step, at 32768 10.9 -> 10.0 ms; llama-3.2-1b shapes (1 chunk
- * per head) 2.5 -> 2.3 and 14.9 -> 14.1 ms. It caps the cores one layer's
- * decode can use at about max(CHUNK_TASKS, n_kv_head). */
-#define CHUNK_TASKS 6
-#define MIN_TILES_PER_TASK 4
+/* Tiles per task: fixed by the depth, never by the thread count (the
+ * integer kernel pairs tiles within a task, so the chunking is part of the
+ * result). Each kv head's tiles are cut into chunks that halve in size (half
+ * of the tiles left, down to a floor), and the tasks are numbered chunk-major
+ * — every head's first chunk, then every head's second, ..., then the f16
+ * rows — so the threads claim long tasks first and finish on short ones
+ * together. The rule before (~2 equal chunks per head, head-major) left the
+ * threads finishing a layer 260 us apart at depth 32768 (f16, smollm2-135m
+ * shapes, 2 threads: 13% of a layer), and the caller often asleep on the
+ * futex by then (48 us a layer to wake it); now 35 us and 1 us, and attention
+ * at depth 32768 takes f16 56.4 -> 44.8 ms a step, turbo3 13.1 -> 10.9.
+ * The floor keeps tasks long at shallow depth, where each task's cold start
+ * (its first tiles arrive unprefetched) and partial for the serial merge
+ * weigh most: 16 equal chunks per head took turbo3 at depth 4096 2.3 ms a
+ * step against 1.6 with 2. */
+#define CHUNK_MIN_TILES 16
+#define CHUNK_MIN_SHARE 32 /* the floor is also >= 1/32 of the head's tiles */
+#define MAX_CHUNKS 16
+
+/* Fills start[0..n] with the chunk boundaries of n_tiles tiles; returns n. */
+static int chunk_schedule(int n_tiles, int start[MAX_CHUNKS + 1]) {
+    int min_size = n_tiles / CHUNK_MIN_SHARE;
+    if (min_size < CHUNK_MIN_TILES) min_size = CHUNK_MIN_TILES;
+    int n = 0, t = 0;
+    while (t < n_tiles) {
+        const int left = n_tiles - t;
+        int size = (left + 1) / 2;
+        if (size < min_size) size = min_size;
+        size += size & 1; /* even: the integer kernel takes tiles in pairs */
+        if (size > left || n == MAX_CHUNKS - 1) size = left;
+        start[n++] = t;
+        t += size;
+    }
+    start[n] = n_tiles;
+    return n;
+}
 
 /* The fused kernel dequantizes a row each time a query reads it; a block of
  * prefill queries shares one decode of the tile into scratch instead (the
@@ -133,7 +158,8 @@ typedef struct run_ctx {
     const kvq_kv_layer *L;
     kvq_attn_kernels kern;
     int G, d, T, n_q, pos0;
-    int chunk, n_chunks, tasks_per_head;
+    int n_chunks, tasks_per_head;
+    int chunk_start[MAX_CHUNKS + 1]; /* tile ranges of a head's chunks (chunk_schedule) */
     int direct[2];     /* K / V tiles are f16 rows, read in place */
     int fmt[2];        /* K / V fused row formats; -1 when the fused kernel cannot read them */
     int in_place;      /* the fused kernel reads the tiles' rows in place (see FUSED_MAX_QUERIES) */
@@ -237,9 +263,9 @@ static void run_task(int task, int worker, void *arg) {
     const run_ctx *c = arg;
     const kvq_kv *kv = c->kv;
     const kvq_kv_layer *L = c->L;
-    const int kvh = task / c->tasks_per_head, j = task % c->tasks_per_head;
+    const int H = c->kv->p.n_kv_head, kvh = task % H, j = task / H; /* chunk-major (chunk_schedule) */
     const int d = c->d, T = c->T;
-    float *part = c->part + (size_t)task * c->n_q * part_floats(c); /* (n_q, G, head_dim + 2) */
+    float *part = c->part + (size_t)(kvh * c->tasks_per_head + j) * c->n_q * part_floats(c); /* (n_q, G, head_dim + 2) */
     for (int i = 0; i < c->n_q; i++) {
         float *p = part + (size_t)i * part_floats(c);
         for (int g = 0; g < c->G; g++) p[g] = -INFINITY;
@@ -261,8 +287,8 @@ static void run_task(int task, int worker, void *arg) {
     }
     float *kbuf = c->scratch + (size_t)worker * 2 * T * d; /* (tile_tokens, head_dim) */
     float *vbuf = kbuf + (size_t)T * d;                    /* (tile_tokens, head_dim) */
-    const int t_end = (j + 1) * c->chunk < L->n_tiles ? (j + 1) * c->chunk : L->n_tiles;
-    for (int t = j * c->chunk; t < t_end; t++) {
+    const int t_end = c->chunk_start[j + 1];
+    for (int t = c->chunk_start[j]; t < t_end; t++) {
         const int pos = n_sunk + t * T;
         if (pos > c->pos0 + c->n_q - 1) break;
         if (c->vnni) {
@@ -441,10 +467,7 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     run_ctx c = {.kv = kv, .L = L, .G = n_head / H, .d = d, .T = kv->p.tile_tokens, .n_q = n_q};
     kvq_attn_kernels_get(isa, &c.kern);
     c.pos0 = pos0;
-    const int chunks_per_head = (CHUNK_TASKS + H - 1) / H;
-    c.chunk = (L->n_tiles + chunks_per_head - 1) / chunks_per_head;
-    if (c.chunk < MIN_TILES_PER_TASK) c.chunk = MIN_TILES_PER_TASK;
-    c.n_chunks = (L->n_tiles + c.chunk - 1) / c.chunk;
+    c.n_chunks = chunk_schedule(L->n_tiles, c.chunk_start);
     c.tasks_per_head = c.n_chunks + 1;
     c.direct[0] = kvq_kv_f16_rows(L->codec[0]);
     c.direct[1] = kvq_kv_f16_rows(L->codec[1]);
