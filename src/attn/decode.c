@@ -124,10 +124,12 @@ static void rows_lut(const kvq_codec *c, int fmt, float lut[16]) {
  * futex by then (48 us a layer to wake it); now 35 us and 1 us, and attention
  * at depth 32768 takes f16 56.4 -> 44.8 ms a step, turbo3 13.1 -> 10.9.
  * The floor keeps tasks long at shallow depth, where each task's cold start
- * (its first tiles arrive unprefetched) and partial for the serial merge
- * weigh most: 16 equal chunks per head took turbo3 at depth 4096 2.3 ms a
- * step against 1.6 with 2. */
-#define CHUNK_MIN_TILES 16
+ * (its first tiles arrive unprefetched) and partial for the merge weigh
+ * most: 16 equal chunks per head took turbo3 at depth 4096 2.3 ms a step
+ * against 1.6 with 2, and a floor of 32 tiles against 16 took 3-5% off
+ * q4_0 and turbo3 at depth 4096 (chunks of 64, 32, 32 against 64, 32, 16,
+ * 16), 2-4% at 16384. */
+#define CHUNK_MIN_TILES 32
 #define CHUNK_MIN_SHARE 32 /* the floor is also >= 1/32 of the head's tiles */
 #define MAX_CHUNKS 16
 
@@ -135,6 +137,9 @@ static void rows_lut(const kvq_codec *c, int fmt, float lut[16]) {
 static int chunk_schedule(int n_tiles, int start[MAX_CHUNKS + 1]) {
     int min_size = n_tiles / CHUNK_MIN_SHARE;
     if (min_size < CHUNK_MIN_TILES) min_size = CHUNK_MIN_TILES;
+    /* Two chunks a head at least, from 8 tiles: with one, the 3 kv heads of
+     * smollm2-135m shapes leave one of 2 threads idle for a third of a layer. */
+    if (min_size > n_tiles / 2 && n_tiles >= 8) min_size = n_tiles / 2;
     int n = 0, t = 0;
     while (t < n_tiles) {
         const int left = n_tiles - t;
