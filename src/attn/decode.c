@@ -269,10 +269,9 @@ static kvq_attn_rows f16_rows(const uint16_t *rows, int d) {
 
 /* One task: a chunk of a kv head's tiles, or its f16 rows (j == n_chunks),
  * for every query, into the task's partial. */
-static void attend_task(const run_ctx *c, int task, int worker) {
+static void attend_task(const run_ctx *c, int kvh, int j, int worker) {
     const kvq_kv *kv = c->kv;
     const kvq_kv_layer *L = c->L;
-    const int H = c->kv->p.n_kv_head, kvh = task % H, j = task / H; /* chunk-major (chunk_schedule) */
     const int d = c->d, T = c->T;
     float *part = c->part + (size_t)(kvh * c->tasks_per_head + j) * c->n_q * part_floats(c); /* (n_q, G, head_dim + 2) */
     for (int i = 0; i < c->n_q; i++) {
@@ -464,8 +463,8 @@ static void merge_head(const run_ctx *c, int kvh) {
  * turbo3 layer at depth 4096). */
 static void run_task(int task, int worker, void *arg) {
     const run_ctx *c = arg;
-    const int kvh = task % c->kv->p.n_kv_head;
-    attend_task(c, task, worker);
+    const int H = c->kv->p.n_kv_head, kvh = task % H, j = task / H; /* chunk-major (chunk_schedule) */
+    attend_task(c, kvh, j, worker);
     if (atomic_fetch_sub_explicit(&c->left[kvh], 1, memory_order_acq_rel) == 1) merge_head(c, kvh);
 }
 
