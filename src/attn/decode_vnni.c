@@ -107,10 +107,28 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void nibble_codes(const int KIND,
     }
 }
 
+/* A line of the next tile run, prefetched while this run is computed: into
+ * L1 for the rotated kinds (<= 4 bits a value and one scale a row: the
+ * kernel's instructions, not its bytes, bound them, and loads that hit L1
+ * shorten them), into L2 for the ggml kinds (4.5 to 8.5 bits a value: bound
+ * by their bytes, and a prefetch into L1 holds an L1 miss buffer until its
+ * line arrives, so fewer lines are in flight). Measured on an AMD EPYC
+ * (Zen 4) host, depth 32768, smollm2-135m shapes, 2 threads, 8 alternated
+ * rounds: all into L2 against all into L1, q8_0 18.4 -> 13.1 ms a step,
+ * q4_0 8.35 -> 7.81, iq4_nl 8.38 -> 7.92, turbo4 / turbo3 level, turbo2
+ * 5.95 -> 6.27 (docs/PERF.md). */
+static inline int prefetch_into_l1(int KIND) { return KIND >= KVQ_ITILE_ROT2; }
+
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void prefetch_line(const int KIND, const uint8_t *p) {
+    if (prefetch_into_l1(KIND)) _mm_prefetch((const char *)p, _MM_HINT_T0);
+    else _mm_prefetch((const char *)p, _MM_HINT_T1);
+}
+
 /* The code vector at base + o, prefetching the same line of the next tile
  * (pf, or NULL): tiles of a stream share the layout. */
-KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i load_line(const uint8_t *base, const uint8_t *pf, size_t o) {
-    if (pf) _mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE __m512i load_line(const int KIND, const uint8_t *base, const uint8_t *pf,
+                                                              size_t o) {
+    if (pf) prefetch_line(KIND, pf + o);
     return _mm512_loadu_si512(base + o);
 }
 
@@ -176,12 +194,12 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
             if (!KQ8) {
                 /* q5: byte 4t + j bit k of the block's fifth-bit vector: dim 4k + j, so
                  * vector m's low nibbles take bit 2m, its high ones bit 2m + 1. */
-                const __m512i hi = has_hi(KIND) ? load_line(grp, pg, (size_t)16 * nb * 16 + 64 * (size_t)b)
+                const __m512i hi = has_hi(KIND) ? load_line(KIND, grp, pg, (size_t)16 * nb * 16 + 64 * (size_t)b)
                                                 : _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int m = 0; m < 4; m++) {
                     const size_t o = (size_t)(4 * b + m) * 64;
-                    const __m512i z = load_line(grp, pg, o);
+                    const __m512i z = load_line(KIND, grp, pg, o);
                     __m512i c0, c1;
                     nibble_codes(KIND, z, lut, &c0, &c1);
                     if (has_hi(KIND)) {
@@ -199,7 +217,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
 #pragma GCC unroll 8
                 for (int m = 0; m < 8; m++) {
                     const size_t o = (size_t)(8 * b + m) * 64;
-                    const __m512i z = load_line(grp, pg, o);
+                    const __m512i z = load_line(KIND, grp, pg, o);
 #pragma GCC unroll 8
                     for (int g = 0; g < G; g++) {
                         a[g] = _mm512_dpbusd_epi32(a[g], z, _mm512_set1_epi32(ld32(q[g].q[0] + 32 * b + 4 * m)));
@@ -221,7 +239,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores(const int KIND, const
             }
         }
         if (pg)
-            for (size_t o = gc; o < gb; o += 64) _mm_prefetch((const char *)pg + o, _MM_HINT_T0);
+            for (size_t o = gc; o < gb; o += 64) prefetch_line(KIND, pg + o);
         const int valid = n - i * T - 16 * h;
         const __mmask16 keep = valid >= 16 ? 0xFFFF : valid <= 0 ? 0 : (__mmask16)((1u << valid) - 1);
 #pragma GCC unroll 8
@@ -455,13 +473,13 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
                 if (b >= nb) break;
                 if (!VQ8) {
                     const size_t o = ((size_t)j * nb + b) * 64;
-                    const __m512i z = load_line(vt, pf, o);
+                    const __m512i z = load_line(KIND, vt, pf, o);
                     __m512i c0, c1;
                     nibble_codes(KIND, z, lut, &c0, &c1);
                     if (has_hi(KIND)) {
                         /* Per 16 tokens, byte 4l + i bit 2 (j % 4) + h: dim 16h + l of token 4j + i
                          * (one vector for 4 quads: prefetched with the first). */
-                        const __m512i hi = load_line(vt, j % 4 ? NULL : pf, nib + 64 * ((size_t)(j / 4) * nb + b));
+                        const __m512i hi = load_line(KIND, vt, j % 4 ? NULL : pf, nib + 64 * ((size_t)(j / 4) * nb + b));
                         c0 = fifth_bit(c0, hi, 2 * (j % 4));
                         c1 = fifth_bit(c1, hi, 2 * (j % 4) + 1);
                     }
@@ -480,7 +498,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
 #pragma GCC unroll 2
                     for (int half = 0; half < 2; half++) {
                         const size_t o = ((size_t)j * 2 * nb + 2 * b + half) * 64;
-                        const __m512i z = load_line(vt, pf, o);
+                        const __m512i z = load_line(KIND, vt, pf, o);
 #pragma GCC unroll 8
                         for (int g = 0; g < G; g++)
                             a[g][2 * kb + half] =
@@ -505,7 +523,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv(const int KIND, const int
     for (int i = 0; i < NT; i++)
         if (it->v_next[i])
             for (size_t o = scales; o < scales + 2 * (size_t)nb * T * (1 + has_min(KIND)); o += 64)
-                _mm_prefetch((const char *)it->v_next[i] + o, _MM_HINT_T0);
+                prefetch_line(KIND, it->v_next[i] + o);
 }
 
 /* ------------------------------------------------------- rotated codecs */
@@ -578,8 +596,8 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
         if (b == 3) {
 #pragma GCC unroll 2
             for (int c = 0; c < d / 32; c++) { /* slot k: dims 32c + 4k.. */
-                const __m512i v[3] = {load_line(grp, pg, 64 * (size_t)(3 * c)), load_line(grp, pg, 64 * (size_t)(3 * c + 1)),
-                                      load_line(grp, pg, 64 * (size_t)(3 * c + 2))};
+                const __m512i v[3] = {load_line(KIND, grp, pg, 64 * (size_t)(3 * c)), load_line(KIND, grp, pg, 64 * (size_t)(3 * c + 1)),
+                                      load_line(KIND, grp, pg, 64 * (size_t)(3 * c + 2))};
                 const __m512i top = _mm512_srli_epi16(v[2], 2);
 #pragma GCC unroll 8
                 for (int k = 0; k < 8; k++) {
@@ -592,7 +610,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
         } else {
             const int dims = b == 4 ? 8 : 16, per = dims / 4; /* dims per vector, dword quads per vector */
             for (int m = 0; m < d / dims; m++) {
-                const __m512i z = load_line(grp, pg, 64 * (size_t)m);
+                const __m512i z = load_line(KIND, grp, pg, 64 * (size_t)m);
 #pragma GCC unroll 4
                 for (int k = 0; k < per; k++) {
                     const __m512i x = rot_codes(VBMI, b, k, z, tab);
@@ -602,7 +620,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void scores_rot(const int KIND, c
                 }
             }
         }
-        if (pg) _mm_prefetch((const char *)pg + codes, _MM_HINT_T0);
+        if (pg) prefetch_line(KIND, pg + codes);
         const __m512 dk = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(grp + codes)));
         const int valid = n - i * T - 16 * h;
         const __mmask16 keep = valid >= 16 ? 0xFFFF : valid <= 0 ? 0 : (__mmask16)((1u << valid) - 1);
@@ -662,7 +680,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
 #pragma GCC unroll 2
             for (int o = 0; o < T / 8; o++) {
                 const size_t at = (size_t)o * 2 * quad_bytes + 64 * 3 * (size_t)c;
-                const __m512i v[3] = {load_line(vt, pf, at), load_line(vt, pf, at + 64), load_line(vt, pf, at + 128)};
+                const __m512i v[3] = {load_line(KIND, vt, pf, at), load_line(KIND, vt, pf, at + 64), load_line(KIND, vt, pf, at + 128)};
                 const __m512i top = _mm512_srli_epi16(v[2], 2);
 #pragma GCC unroll 2
                 for (int h = 0; h < 2; h++) { /* quad h: slots 4h + k, dims 64c + 16k.. */
@@ -688,14 +706,14 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
                  * out: GCC kept the accumulators in memory when the units came
                  * from loops it would not unroll. */
                 const size_t at = (size_t)j * quad_bytes + 64 * ((b == 4 ? 2 : 1) * (size_t)c);
-                const __m512i z = load_line(vt, pf, at);
+                const __m512i z = load_line(KIND, vt, pf, at);
                 rot_pv_unit(VBMI, b, G, 0, 0, z, tab, pb, a);
                 rot_pv_unit(VBMI, b, G, 1, 1, z, tab, pb, a);
                 if (b == 2) {
                     rot_pv_unit(VBMI, b, G, 2, 2, z, tab, pb, a);
                     rot_pv_unit(VBMI, b, G, 3, 3, z, tab, pb, a);
                 } else if (U == 4) {
-                    const __m512i z1 = load_line(vt, pf, at + 64);
+                    const __m512i z1 = load_line(KIND, vt, pf, at + 64);
                     rot_pv_unit(VBMI, b, G, 0, 2, z1, tab, pb, a);
                     rot_pv_unit(VBMI, b, G, 1, 3, z1, tab, pb, a);
                 }
@@ -715,7 +733,7 @@ KVQ_TARGET_AVX512VNNI static KVQ_ALWAYS_INLINE void pv_rot(const int KIND, const
     }
     for (int i = 0; i < NT; i++)
         if (it->v_next[i])
-            for (size_t o = scales; o < scales + 2 * (size_t)T; o += 64) _mm_prefetch((const char *)it->v_next[i] + o, _MM_HINT_T0);
+            for (size_t o = scales; o < scales + 2 * (size_t)T; o += 64) prefetch_line(KIND, it->v_next[i] + o);
 }
 
 /* ------------------------------------------------------- f16 V rows */
