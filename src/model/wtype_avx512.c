@@ -357,19 +357,42 @@ KVQ_TARGET_AVX512 void kvq_wmatvec_avx512(const kvq_wtype_traits *t, const void 
     }
 }
 
+/* 16 vectors -> one: lane 4 L + q holds the sum of v[4 q + L]. */
+KVQ_TARGET_AVX512 static inline __m512 reduce16(const __m512 v[16]) {
+    __m512 w[8], z[4];
+    for (int k = 0; k < 8; k++)
+        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));
+    for (int k = 0; k < 4; k++)
+        z[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
+                             _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
+    const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(z[0], z[1]), _mm512_unpackhi_ps(z[0], z[1]));
+    const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(z[2], z[3]), _mm512_unpackhi_ps(z[2], z[3]));
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))));
+}
+
 /* Matmul register tile: MM_ROWS weight rows x MM_TOK tokens of 16-lane
- * accumulators (16 of 32 zmm). Each weight chunk is dequantized once into
- * an L1/L2-resident buffer and used by every token. */
+ * accumulators (16 of 32 zmm). Each weight chunk is dequantized once per
+ * block of MM_TB tokens into an L1-resident buffer and used by each of
+ * them; the block's x chunk (MM_TB tokens x at most MM_CHUNK floats, 512
+ * KiB) stays in L2 while every row tile passes over it. Chunks are equal
+ * (1536 = 2 x 768): a short last one pays a whole tile's reduction for
+ * few products. Without the token blocks every
+ * row tile streamed all of x (1.2-3 MB at 512 tokens) from L3, and two
+ * threads doing so contended there. */
 #define MM_ROWS 4
 #define MM_TOK 4
 #define MM_CHUNK 1024
+#define MM_TB 128
 
-/* out[a][b] = w_a . x_b over len values (len a multiple of 16). */
-KVQ_TARGET_AVX512 static void tile(const float *const wr[MM_ROWS], const float *const xr[MM_TOK],
-                                   int64_t len, float out[MM_ROWS][MM_TOK]) {
-    __m512 acc[MM_ROWS][MM_TOK];
-    for (int a = 0; a < MM_ROWS; a++)
-        for (int b = 0; b < MM_TOK; b++) acc[a][b] = _mm512_setzero_ps();
+/* Sums of w_a . x_b over len values (len a multiple of 16): lane 4 b + a
+ * (reduce16: no per-accumulator horizontal sums). */
+KVQ_TARGET_AVX512 static __m512 tile(const float *const wr[MM_ROWS], const float *const xr[MM_TOK], int64_t len) {
+    __m512 acc[MM_ROWS * MM_TOK];
+    /* Unrolled, or GCC zeroes the array with rep stos (5% of a prefill). */
+#pragma GCC unroll 16
+    for (int j = 0; j < MM_ROWS * MM_TOK; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t k = 0; k < len; k += 16) {
         __m512 wv[MM_ROWS];
 #pragma GCC unroll 4
@@ -378,11 +401,10 @@ KVQ_TARGET_AVX512 static void tile(const float *const wr[MM_ROWS], const float *
         for (int b = 0; b < MM_TOK; b++) {
             const __m512 xv = _mm512_loadu_ps(xr[b] + k);
 #pragma GCC unroll 4
-            for (int a = 0; a < MM_ROWS; a++) acc[a][b] = _mm512_fmadd_ps(wv[a], xv, acc[a][b]);
+            for (int a = 0; a < MM_ROWS; a++) acc[a * MM_TOK + b] = _mm512_fmadd_ps(wv[a], xv, acc[a * MM_TOK + b]);
         }
     }
-    for (int a = 0; a < MM_ROWS; a++)
-        for (int b = 0; b < MM_TOK; b++) out[a][b] = hsum(acc[a][b]);
+    return reduce16(acc);
 }
 
 KVQ_TARGET_AVX512 void kvq_wmatmul_avx512(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
@@ -390,28 +412,38 @@ KVQ_TARGET_AVX512 void kvq_wmatmul_avx512(const kvq_wtype_traits *t, const void 
                                           int64_t r1, float *y, int64_t ldy) {
     const kvq_wdequant_fn dq = t->dequant_isa[KVQ_ISA_AVX512];
     _Alignas(64) float buf[MM_ROWS][MM_CHUNK]; // (tile rows, chunk) dequantized weights
-    for (int64_t rb = r0; rb < r1; rb += MM_ROWS) {
-        const int nr = r1 - rb < MM_ROWS ? (int)(r1 - rb) : MM_ROWS;
-        for (int64_t k0 = 0; k0 < n; k0 += MM_CHUNK) {
-            const int64_t len = n - k0 < MM_CHUNK ? n - k0 : MM_CHUNK;
-            const float *wr[MM_ROWS];
-            for (int a = 0; a < MM_ROWS; a++) {
-                /* Edge tiles repeat the last row and drop its results. */
-                const int ra = a < nr ? a : nr - 1;
-                const uint8_t *row = (const uint8_t *)w + (size_t)(rb + ra) * row_bytes +
-                                     (size_t)(k0 / t->block_size) * t->block_bytes;
-                if (a < nr) dq(row, buf[a], len / t->block_size);
-                wr[a] = buf[ra];
-            }
-            for (int64_t i = 0; i < n_tok; i += MM_TOK) {
-                const int nt = n_tok - i < MM_TOK ? (int)(n_tok - i) : MM_TOK;
-                const float *xr[MM_TOK];
-                for (int b = 0; b < MM_TOK; b++) xr[b] = x + (i + (b < nt ? b : nt - 1)) * n + k0;
-                float out[MM_ROWS][MM_TOK];
-                tile(wr, xr, len, out);
-                for (int b = 0; b < nt; b++) {
-                    float *yr = y + (i + b) * ldy + rb;
-                    for (int a = 0; a < nr; a++) yr[a] = k0 == 0 ? out[a][b] : yr[a] + out[a][b];
+    const int64_t unit = t->block_size > 32 ? t->block_size : 32, n_chunks = (n + MM_CHUNK - 1) / MM_CHUNK;
+    int64_t chunk = (n + n_chunks - 1) / n_chunks;
+    chunk = (chunk + unit - 1) / unit * unit;
+    if (chunk > MM_CHUNK) chunk = MM_CHUNK;
+    for (int64_t tb = 0; tb < n_tok; tb += MM_TB) {
+        const int64_t te = n_tok - tb < MM_TB ? n_tok : tb + MM_TB;
+        for (int64_t k0 = 0; k0 < n; k0 += chunk) {
+            const int64_t len = n - k0 < chunk ? n - k0 : chunk;
+            for (int64_t rb = r0; rb < r1; rb += MM_ROWS) {
+                const int nr = r1 - rb < MM_ROWS ? (int)(r1 - rb) : MM_ROWS;
+                const __mmask16 rows = (__mmask16)((1u << nr) - 1);
+                const float *wr[MM_ROWS];
+                for (int a = 0; a < MM_ROWS; a++) {
+                    /* Edge tiles repeat the last row and drop its results. */
+                    const int ra = a < nr ? a : nr - 1;
+                    const uint8_t *row = (const uint8_t *)w + (size_t)(rb + ra) * row_bytes +
+                                         (size_t)(k0 / t->block_size) * t->block_bytes;
+                    if (a < nr) dq(row, buf[a], len / t->block_size);
+                    wr[a] = buf[ra];
+                }
+                for (int64_t i = tb; i < te; i += MM_TOK) {
+                    const int nt = te - i < MM_TOK ? (int)(te - i) : MM_TOK;
+                    const float *xr[MM_TOK];
+                    for (int b = 0; b < MM_TOK; b++) xr[b] = x + (i + (b < nt ? b : nt - 1)) * n + k0;
+                    _Alignas(64) float out[MM_TOK * MM_ROWS]; // (tokens, rows)
+                    _mm512_store_ps(out, tile(wr, xr, len));
+                    for (int b = 0; b < nt; b++) {
+                        float *yr = y + (i + b) * ldy + rb;
+                        __m128 o = _mm_load_ps(out + MM_ROWS * b);
+                        if (k0) o = _mm_add_ps(o, _mm_maskz_loadu_ps(rows, yr));
+                        _mm_mask_storeu_ps(yr, rows, o);
+                    }
                 }
             }
         }
@@ -812,21 +844,6 @@ void kvq_wmatvec_x16_avx512(const kvq_wtype_traits *t, const void *w, size_t row
     else kvq_wmatvec_x16_ref(t, w, row_bytes, xs, n, r0, r1, y);
 }
 
-/* 16 vectors -> one: lane 4 L + q holds the sum of v[4 q + L]. */
-KVQ_TARGET_AVX512 static inline __m512 reduce16(const __m512 v[16]) {
-    __m512 w[8], z[4];
-    for (int k = 0; k < 8; k++)
-        w[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0x44),
-                             _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], 0xEE));
-    for (int k = 0; k < 4; k++)
-        z[k] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0x88),
-                             _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], 0xDD));
-    const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(z[0], z[1]), _mm512_unpackhi_ps(z[0], z[1]));
-    const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(z[2], z[3]), _mm512_unpackhi_ps(z[2], z[3]));
-    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))));
-}
-
 /* Matmul (VNNI): a tile of QR rows is converted once per k-chunk into
  * codes, per-pair scale vectors and offset coefficients, then every token
  * passes over it QT at a time: QR x QT accumulators, one vpdpbusd, convert
@@ -869,6 +886,7 @@ KVQ_TARGET_AVX512VNNI static void mmq_tile_dot(const mmq_tile *tl, int64_t nb, c
                                                const float *const d[QT], const float *const s[QT],
                                                float out[QR][QT]) {
     __m512 acc[QR * QT];
+#pragma GCC unroll 16
     for (int j = 0; j < QR * QT; j++) acc[j] = _mm512_setzero_ps();
     const __m512i pidx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     for (int64_t i = 0; i < nb; i += 2) {

@@ -194,7 +194,9 @@ TEST(wtype_matvec_every_isa_matches_reference) {
 
 TEST(wtype_matmul_every_isa_matches_reference) {
     const int64_t rows = 23, r0 = 2, r1 = 21, ldy = 25;
-    static const int64_t toks[] = {1, 3, 9};
+    /* 131: past one of the AVX-512 kernel's blocks of 128 tokens, ending in
+     * a partial register tile. */
+    static const int64_t toks[] = {1, 3, 9, 131};
     for (int i = 0; i < kvq_wtype_count(); i++) {
         const kvq_wtype_traits *t = kvq_wtype_at(i);
         for (size_t li = 0; li < KVQ_ARRAY_LEN(lengths); li++) {
@@ -205,8 +207,7 @@ TEST(wtype_matmul_every_isa_matches_reference) {
             CHECKF(w, "%s: no scale fields listed in the test", t->name);
             for (size_t ti = 0; ti < KVQ_ARRAY_LEN(toks); ti++) {
                 const int64_t nt = toks[ti];
-                static float x[9 * 4608];
-                float want[9 * 25], got[9 * 25];
+                static float x[131 * 4608], want[131 * 25], got[131 * 25];
                 for (int64_t j = 0; j < nt; j++) random_x(x + j * n, n, 31 * li + (uint64_t)j);
                 t->matmul[KVQ_ISA_REF](t, w, rb, x, nt, n, r0, r1, want, ldy);
                 for (int isa = 0; isa < KVQ_ISA_COUNT; isa++) {
