@@ -271,3 +271,15 @@ void kvq_wmatvec_x16_ref(const kvq_wtype_traits *t, const void *w, size_t row_by
                          int64_t n, int64_t r0, int64_t r1, float *y) {
     ref_rows_int_x(t, w, row_bytes, xs->h, xs->l, xs->e, n, r0, r1, y);
 }
+
+void kvq_wmatmul_dequant_tile(const kvq_wtype_traits *t, kvq_wdequant_fn dq, const void *w, size_t row_bytes,
+                              int64_t rb, int nr, int tile_rows, int64_t k0, int64_t len, float *buf,
+                              int64_t stride, const float **wr) {
+    for (int a = 0; a < tile_rows; a++) {
+        const int ra = a < nr ? a : nr - 1;
+        const uint8_t *row = (const uint8_t *)w + (size_t)(rb + ra) * row_bytes +
+                             (size_t)(k0 / t->block_size) * (size_t)t->block_bytes;
+        if (a < nr) dq(row, buf + a * stride, len / t->block_size);
+        wr[a] = buf + ra * stride;
+    }
+}

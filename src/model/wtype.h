@@ -242,6 +242,14 @@ KVQ_WQ_DECL(avx512bw)
 KVQ_WQ_DECL(avx512vnni)
 #undef KVQ_WQ_DECL
 
+/* The float matmuls' weight tile: rows rb .. rb + nr - 1 (nr <= tile_rows),
+ * values k0 .. k0 + len - 1, dequantized by dq into buf (tile_rows rows of
+ * stride floats); wr[a] points at row a's values, and rows past nr repeat
+ * the last one (edge tiles compute them and drop the results). */
+void kvq_wmatmul_dequant_tile(const kvq_wtype_traits *t, kvq_wdequant_fn dq, const void *w, size_t row_bytes,
+                              int64_t rb, int nr, int tile_rows, int64_t k0, int64_t len, float *buf,
+                              int64_t stride, const float **wr);
+
 /* Matmul on prepared x by running matvec kernel mv over slabs of rows
  * (for ISAs without a dedicated matmul kernel). */
 void kvq_wmatmul_q_by_rows(const kvq_wtype_traits *t, kvq_wmatvec_q_fn mv, const void *w,

@@ -274,14 +274,7 @@ KVQ_TARGET_AVX2 void kvq_wmatmul_avx2(const kvq_wtype_traits *t, const void *w, 
         for (int64_t k0 = 0; k0 < n; k0 += MM_CHUNK) {
             const int64_t len = n - k0 < MM_CHUNK ? n - k0 : MM_CHUNK;
             const float *wr[MM_ROWS];
-            for (int a = 0; a < MM_ROWS; a++) {
-                /* Edge tiles repeat the last row and drop its results. */
-                const int ra = a < nr ? a : nr - 1;
-                const uint8_t *row = (const uint8_t *)w + (size_t)(rb + ra) * row_bytes +
-                                     (size_t)(k0 / t->block_size) * t->block_bytes;
-                if (a < nr) dq(row, buf[a], len / t->block_size);
-                wr[a] = buf[ra];
-            }
+            kvq_wmatmul_dequant_tile(t, dq, w, row_bytes, rb, nr, MM_ROWS, k0, len, &buf[0][0], MM_CHUNK, wr);
             for (int64_t i = 0; i < n_tok; i += MM_TOK) {
                 const int nt = n_tok - i < MM_TOK ? (int)(n_tok - i) : MM_TOK;
                 const float *xr[MM_TOK];

@@ -424,14 +424,7 @@ KVQ_TARGET_AVX512 void kvq_wmatmul_avx512(const kvq_wtype_traits *t, const void 
                 const int nr = r1 - rb < MM_ROWS ? (int)(r1 - rb) : MM_ROWS;
                 const __mmask16 rows = (__mmask16)((1u << nr) - 1);
                 const float *wr[MM_ROWS];
-                for (int a = 0; a < MM_ROWS; a++) {
-                    /* Edge tiles repeat the last row and drop its results. */
-                    const int ra = a < nr ? a : nr - 1;
-                    const uint8_t *row = (const uint8_t *)w + (size_t)(rb + ra) * row_bytes +
-                                         (size_t)(k0 / t->block_size) * t->block_bytes;
-                    if (a < nr) dq(row, buf[a], len / t->block_size);
-                    wr[a] = buf[ra];
-                }
+                kvq_wmatmul_dequant_tile(t, dq, w, row_bytes, rb, nr, MM_ROWS, k0, len, &buf[0][0], MM_CHUNK, wr);
                 for (int64_t i = tb; i < te; i += MM_TOK) {
                     const int nt = te - i < MM_TOK ? (int)(te - i) : MM_TOK;
                     const float *xr[MM_TOK];
