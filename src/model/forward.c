@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/threadpool.h"
+#include "model/act.h"
 #include "model/ctx.h"
 
 void kvq_ctx_params_default(kvq_ctx_params *p) {
@@ -102,11 +103,7 @@ static void linear_task(int task, int worker, void *arg) {
         const linear_job *up = &b->job[1];
         const int64_t rows = lj->w->rows;
         linear_rows(b, up, r0, r1);
-        for (int t = 0; t < b->n_tok; t++)
-            for (int64_t r = r0; r < r1; r++) {
-                float *g = &lj->y[t * rows + r];
-                *g = *g / (1.0f + expf(-*g)) * up->y[t * rows + r];
-            }
+        for (int t = 0; t < b->n_tok; t++) kvq_swiglu(b->isa, lj->y + t * rows + r0, up->y + t * rows + r0, r1 - r0);
     }
 }
 
