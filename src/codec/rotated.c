@@ -125,7 +125,7 @@ static void decode_ref(const kvq_codec *c, const void *src, float *y) {
 
 #if KVQ_HAVE_X86
 static void decode_avx2(const kvq_codec *c, const void *src, float *y) {
-    decode_domain_ref(c, src, y);
+    kvq_rot_decode_domain_avx2(c, src, y);
     kvq_rotation_inverse(&((const kvq_rot_state *)c->state)->rot, KVQ_ISA_AVX2, y, y);
 }
 
@@ -143,6 +143,8 @@ static void rot_select(kvq_codec *c) {
     if (c->isa >= KVQ_ISA_AVX2) {
         c->encode = kvq_rot_encode_avx2;
         c->decode = decode_avx2;
+        c->decode_domain = kvq_rot_decode_domain_avx2;
+        c->decode_tile_domain = kvq_rot_decode_tile_avx2;
     }
     if (c->isa >= KVQ_ISA_AVX512) {
         c->encode = kvq_rot_encode_avx512;

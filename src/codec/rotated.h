@@ -134,6 +134,8 @@ kvq_status kvq_rot_finish(const kvq_codec *c, const uint8_t *idx, float yc, floa
 
 kvq_status kvq_rot_encode_avx2(const kvq_codec *c, const float *x, void *dst);
 kvq_status kvq_rot_encode_avx512(const kvq_codec *c, const float *x, void *dst);
+void kvq_rot_decode_domain_avx2(const kvq_codec *c, const void *src, float *y);
+void kvq_rot_decode_tile_avx2(const kvq_codec *c, const void *src, int n_rows, float *y);
 void kvq_rot_decode_domain_avx512(const kvq_codec *c, const void *src, float *y);
 void kvq_rot_decode_tile_avx512(const kvq_codec *c, const void *src, int n_rows, float *y);
 
