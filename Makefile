@@ -95,6 +95,15 @@ $(BUILD)/matvec-bench: $(BUILD)/obj/bench/matvec_bench.o $(BUILD)/libkvq.a
 bench-matvec: $(BUILD)/matvec-bench
 	$(BUILD)/matvec-bench
 
+# Tile decode to floats, ns per row, every codec x ISA path
+# (bench/tile_decode_bench.c); not part of `all`.
+.PHONY: bench-tile-decode
+$(BUILD)/tile-decode-bench: $(BUILD)/obj/bench/tile_decode_bench.o $(BUILD)/libkvq.a
+	$(CC) -pthread -o $@ $^ $(LDLIBS)
+
+bench-tile-decode: $(BUILD)/tile-decode-bench
+	$(BUILD)/tile-decode-bench
+
 # Decode-attention prototype: interleaved VNNI tiles vs the fused row kernel
 # (bench/attn_proto.c, docs/ATTN_PROTO.md); not part of `all`.
 .PHONY: bench-attn-proto

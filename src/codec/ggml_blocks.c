@@ -297,6 +297,7 @@ static void decode_iq4_nl_ref(const kvq_codec *c, const void *src, float *y) {
 #if KVQ_HAVE_X86
 KVQ_GGML_KERNELS(avx2)
 KVQ_GGML_KERNELS(avx512)
+void kvq_ggml_decode_tile_avx2(const kvq_codec *c, const void *src, int n_rows, float *y);
 #endif
 
 typedef struct {
@@ -330,6 +331,10 @@ static void ggml_select(kvq_codec *c) {
     c->encode = k.encode;
     c->decode = k.decode;
     c->decode_domain = k.decode;
+#if KVQ_HAVE_X86
+    /* Where attention decodes whole tiles (no integer kernel below AVX-512). */
+    if (c->isa == KVQ_ISA_AVX2) c->decode_tile_domain = kvq_ggml_decode_tile_avx2;
+#endif
 }
 
 const kvq_family_ops kvq_family_ggml = {

@@ -234,12 +234,18 @@ KVQ_TARGET_AVX2 kvq_status kvq_encode_iq4_nl_avx2(const kvq_codec *c, const floa
     return KVQ_OK;
 }
 
-/* ------------------------------------------------------------------ decode */
+/* ------------------------------------------------------------------ decode
+ * On the AVX2 path attention decodes every compressed tile to floats
+ * (there is no integer kernel), so these are its hot loop: a tile is
+ * decoded by one call (kvq_ggml_decode_tile_avx2, not a call per row), the
+ * fp16 scales by F16C (exact, as the scalar conversion), and a block's 16
+ * nibble bytes are loaded once. */
 
-KVQ_TARGET_AVX2 void kvq_decode_q8_0_avx2(const kvq_codec *c, const void *src, float *y) {
-    const uint8_t *in = src;
+static inline KVQ_TARGET_AVX2 __m256 scale8(const uint8_t *p) { return _mm256_set1_ps(_cvtsh_ss(kvq_load_u16(p))); }
+
+static inline KVQ_TARGET_AVX2 void decode_q8_0_row(const kvq_codec *c, const uint8_t *in, float *y) {
     for (int b = 0; b < c->head_dim / QK; b++, in += 2 + QK, y += QK) {
-        const __m256 d = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in)));
+        const __m256 d = scale8(in);
         for (int k = 0; k < 4; k++) {
             const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(in + 2 + 8 * k)));
             _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
@@ -247,25 +253,44 @@ KVQ_TARGET_AVX2 void kvq_decode_q8_0_avx2(const kvq_codec *c, const void *src, f
     }
 }
 
-/* Block values 8k..8k+7 (k = 0..3) as integers 0..2^bits-1: nibbles of qs
- * with bit 4 from qh. */
-static inline KVQ_TARGET_AVX2 __m256i unpack(const uint8_t *qs, uint32_t qh, int k) {
-    const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * (k & 1))));
-    const __m256i nib = k < 2 ? _mm256_and_si256(bytes, _mm256_set1_epi32(0x0F)) : _mm256_srli_epi32(bytes, 4);
-    const __m256i shift = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * k));
-    const __m256i bit = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)qh), shift), _mm256_set1_epi32(1));
-    return _mm256_or_si256(nib, _mm256_slli_epi32(bit, 4));
+/* 16 bytes: 16 where bit j of the 16 bits is set (byte j), else 0. */
+static inline KVQ_TARGET_AVX2 __m128i bit4_bytes(uint32_t bits16) {
+    const __m128i v = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)bits16),
+                                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    const __m128i sel = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+    return _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(v, sel), sel), _mm_set1_epi8(16));
+}
+
+/* A block's values 0-15 (lo) and 16-31 (hi) as bytes 0..2^bits-1: the
+ * nibbles of its 16 bytes qs, with bit 4 from qh where bits = 5 (bit j of
+ * qh is value j's). */
+static inline KVQ_TARGET_AVX2 void nibbles(const uint8_t *qs, uint32_t qh, int bits, __m128i *lo, __m128i *hi) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0F);
+    *lo = _mm_and_si128(raw, m);
+    *hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+    if (bits == 5) {
+        *lo = _mm_or_si128(*lo, bit4_bytes(qh & 0xFFFF));
+        *hi = _mm_or_si128(*hi, bit4_bytes(qh >> 16));
+    }
+}
+
+/* Block values 8k..8k+7 (k = 0..3) as int32 from nibbles' bytes. */
+static inline KVQ_TARGET_AVX2 __m256i unpack(__m128i lo, __m128i hi, int k) {
+    const __m128i h = k < 2 ? lo : hi;
+    return _mm256_cvtepu8_epi32(k & 1 ? _mm_srli_si128(h, 8) : h);
 }
 
 static inline KVQ_TARGET_AVX2 void decode_sym(const kvq_codec *c, const uint8_t *in, float *y, int bits) {
     const size_t bb = kvq_ggml_block_bytes(bits == 4 ? KVQ_GGML_Q4_0 : KVQ_GGML_Q5_0);
     const __m256i half = _mm256_set1_epi32(1 << (bits - 1));
     for (int b = 0; b < c->head_dim / QK; b++, in += bb, y += QK) {
-        const __m256 d = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in)));
+        const __m256 d = scale8(in);
         uint32_t qh = 0;
         if (bits == 5) memcpy(&qh, in + 2, 4);
+        __m128i lo, hi;
+        nibbles(in + bb - QK / 2, qh, bits, &lo, &hi);
         for (int k = 0; k < 4; k++) {
-            const __m256i q = _mm256_sub_epi32(unpack(in + bb - QK / 2, qh, k), half);
+            const __m256i q = _mm256_sub_epi32(unpack(lo, hi, k), half);
             _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
         }
     }
@@ -274,37 +299,48 @@ static inline KVQ_TARGET_AVX2 void decode_sym(const kvq_codec *c, const uint8_t 
 static inline KVQ_TARGET_AVX2 void decode_asym(const kvq_codec *c, const uint8_t *in, float *y, int bits) {
     const size_t bb = kvq_ggml_block_bytes(bits == 4 ? KVQ_GGML_Q4_1 : KVQ_GGML_Q5_1);
     for (int b = 0; b < c->head_dim / QK; b++, in += bb, y += QK) {
-        const __m256 d = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in)));
-        const __m256 m = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in + 2)));
+        const __m256 d = scale8(in), m = scale8(in + 2);
         uint32_t qh = 0;
         if (bits == 5) memcpy(&qh, in + 4, 4);
+        __m128i lo, hi;
+        nibbles(in + bb - QK / 2, qh, bits, &lo, &hi);
         for (int k = 0; k < 4; k++) {
-            const __m256 q = _mm256_cvtepi32_ps(unpack(in + bb - QK / 2, qh, k));
+            const __m256 q = _mm256_cvtepi32_ps(unpack(lo, hi, k));
             _mm256_storeu_ps(y + 8 * k, _mm256_add_ps(_mm256_mul_ps(q, d), m));
         }
     }
 }
 
-KVQ_TARGET_AVX2 void kvq_decode_q4_0_avx2(const kvq_codec *c, const void *src, float *y) {
-    decode_sym(c, src, y, 4);
-}
-KVQ_TARGET_AVX2 void kvq_decode_q5_0_avx2(const kvq_codec *c, const void *src, float *y) {
-    decode_sym(c, src, y, 5);
-}
-KVQ_TARGET_AVX2 void kvq_decode_q4_1_avx2(const kvq_codec *c, const void *src, float *y) {
-    decode_asym(c, src, y, 4);
-}
-KVQ_TARGET_AVX2 void kvq_decode_q5_1_avx2(const kvq_codec *c, const void *src, float *y) {
-    decode_asym(c, src, y, 5);
+static inline KVQ_TARGET_AVX2 void decode_iq4_nl_row(const kvq_codec *c, const uint8_t *in, float *y,
+                                                     iq4nl_table t) {
+    for (int b = 0; b < c->head_dim / QK; b++, in += 2 + QK / 2, y += QK) {
+        const __m256 d = scale8(in);
+        __m128i lo, hi;
+        nibbles(in + 2, 0, 4, &lo, &hi);
+        for (int k = 0; k < 4; k++) _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, iq4nl_lookup(t, unpack(lo, hi, k))));
+    }
 }
 
+KVQ_TARGET_AVX2 void kvq_decode_q8_0_avx2(const kvq_codec *c, const void *src, float *y) { decode_q8_0_row(c, src, y); }
+KVQ_TARGET_AVX2 void kvq_decode_q4_0_avx2(const kvq_codec *c, const void *src, float *y) { decode_sym(c, src, y, 4); }
+KVQ_TARGET_AVX2 void kvq_decode_q5_0_avx2(const kvq_codec *c, const void *src, float *y) { decode_sym(c, src, y, 5); }
+KVQ_TARGET_AVX2 void kvq_decode_q4_1_avx2(const kvq_codec *c, const void *src, float *y) { decode_asym(c, src, y, 4); }
+KVQ_TARGET_AVX2 void kvq_decode_q5_1_avx2(const kvq_codec *c, const void *src, float *y) { decode_asym(c, src, y, 5); }
 KVQ_TARGET_AVX2 void kvq_decode_iq4_nl_avx2(const kvq_codec *c, const void *src, float *y) {
+    decode_iq4_nl_row(c, src, y, iq4nl_load_table());
+}
+
+KVQ_TARGET_AVX2 void kvq_ggml_decode_tile_avx2(const kvq_codec *c, const void *src, int n_rows, float *y) {
     const uint8_t *in = src;
+    const size_t rb = c->row_bytes, d = (size_t)c->head_dim;
     const iq4nl_table t = iq4nl_load_table();
-    for (int b = 0; b < c->head_dim / QK; b++, in += 2 + QK / 2, y += QK) {
-        const __m256 d = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in)));
-        for (int k = 0; k < 4; k++)
-            _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, iq4nl_lookup(t, unpack(in + 2, 0, k))));
+    switch (c->desc->param) {
+    case KVQ_GGML_Q8_0: for (int r = 0; r < n_rows; r++) decode_q8_0_row(c, in + r * rb, y + r * d); break;
+    case KVQ_GGML_Q4_0: for (int r = 0; r < n_rows; r++) decode_sym(c, in + r * rb, y + r * d, 4); break;
+    case KVQ_GGML_Q5_0: for (int r = 0; r < n_rows; r++) decode_sym(c, in + r * rb, y + r * d, 5); break;
+    case KVQ_GGML_Q4_1: for (int r = 0; r < n_rows; r++) decode_asym(c, in + r * rb, y + r * d, 4); break;
+    case KVQ_GGML_Q5_1: for (int r = 0; r < n_rows; r++) decode_asym(c, in + r * rb, y + r * d, 5); break;
+    default: for (int r = 0; r < n_rows; r++) decode_iq4_nl_row(c, in + r * rb, y + r * d, t); break;
     }
 }
 #endif
