@@ -311,13 +311,21 @@ static inline KVQ_TARGET_AVX2 void decode_asym(const kvq_codec *c, const uint8_t
     }
 }
 
-static inline KVQ_TARGET_AVX2 void decode_iq4_nl_row(const kvq_codec *c, const uint8_t *in, float *y,
-                                                     iq4nl_table t) {
+/* iq4_nl: the codebook is int8, so one vpshufb maps 16 nibbles to their
+ * values; d times the value converted, as the reference. */
+static inline KVQ_TARGET_AVX2 void decode_iq4_nl_row(const kvq_codec *c, const uint8_t *in, float *y) {
+    const __m128i book = _mm_loadu_si128((const __m128i *)kvq_iq4nl_values);
     for (int b = 0; b < c->head_dim / QK; b++, in += 2 + QK / 2, y += QK) {
         const __m256 d = scale8(in);
         __m128i lo, hi;
         nibbles(in + 2, 0, 4, &lo, &hi);
-        for (int k = 0; k < 4; k++) _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, iq4nl_lookup(t, unpack(lo, hi, k))));
+        lo = _mm_shuffle_epi8(book, lo);
+        hi = _mm_shuffle_epi8(book, hi);
+        for (int k = 0; k < 4; k++) {
+            const __m128i h = k < 2 ? lo : hi;
+            const __m256i v = _mm256_cvtepi8_epi32(k & 1 ? _mm_srli_si128(h, 8) : h);
+            _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(v)));
+        }
     }
 }
 
@@ -326,21 +334,18 @@ KVQ_TARGET_AVX2 void kvq_decode_q4_0_avx2(const kvq_codec *c, const void *src, f
 KVQ_TARGET_AVX2 void kvq_decode_q5_0_avx2(const kvq_codec *c, const void *src, float *y) { decode_sym(c, src, y, 5); }
 KVQ_TARGET_AVX2 void kvq_decode_q4_1_avx2(const kvq_codec *c, const void *src, float *y) { decode_asym(c, src, y, 4); }
 KVQ_TARGET_AVX2 void kvq_decode_q5_1_avx2(const kvq_codec *c, const void *src, float *y) { decode_asym(c, src, y, 5); }
-KVQ_TARGET_AVX2 void kvq_decode_iq4_nl_avx2(const kvq_codec *c, const void *src, float *y) {
-    decode_iq4_nl_row(c, src, y, iq4nl_load_table());
-}
+KVQ_TARGET_AVX2 void kvq_decode_iq4_nl_avx2(const kvq_codec *c, const void *src, float *y) { decode_iq4_nl_row(c, src, y); }
 
 KVQ_TARGET_AVX2 void kvq_ggml_decode_tile_avx2(const kvq_codec *c, const void *src, int n_rows, float *y) {
     const uint8_t *in = src;
     const size_t rb = c->row_bytes, d = (size_t)c->head_dim;
-    const iq4nl_table t = iq4nl_load_table();
     switch (c->desc->param) {
     case KVQ_GGML_Q8_0: for (int r = 0; r < n_rows; r++) decode_q8_0_row(c, in + r * rb, y + r * d); break;
     case KVQ_GGML_Q4_0: for (int r = 0; r < n_rows; r++) decode_sym(c, in + r * rb, y + r * d, 4); break;
     case KVQ_GGML_Q5_0: for (int r = 0; r < n_rows; r++) decode_sym(c, in + r * rb, y + r * d, 5); break;
     case KVQ_GGML_Q4_1: for (int r = 0; r < n_rows; r++) decode_asym(c, in + r * rb, y + r * d, 4); break;
     case KVQ_GGML_Q5_1: for (int r = 0; r < n_rows; r++) decode_asym(c, in + r * rb, y + r * d, 5); break;
-    default: for (int r = 0; r < n_rows; r++) decode_iq4_nl_row(c, in + r * rb, y + r * d, t); break;
+    default: for (int r = 0; r < n_rows; r++) decode_iq4_nl_row(c, in + r * rb, y + r * d); break;
     }
 }
 #endif
