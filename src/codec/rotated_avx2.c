@@ -87,7 +87,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void decode_rows(const kvq_codec *c, co
     const __m256i shift = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(b));
     const __m256i mask = _mm256_set1_epi32((1 << b) - 1);
     for (int r = 0; r < n_rows; r++, in += c->row_bytes, y += d) {
-        const __m256 s = _mm256_set1_ps(kvq_f16_to_f32(kvq_load_u16(in)));
+        const __m256 s = _mm256_set1_ps(_cvtsh_ss(kvq_load_u16(in))); /* F16C: exact, as the scalar conversion */
         const __m256 lo = _mm256_mul_ps(s, cen_lo), hi = _mm256_mul_ps(s, cen_hi);
         const uint8_t *p = in + 2;
         for (int i = 0; i < d; i += 8, p += b) {
