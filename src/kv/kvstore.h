@@ -74,6 +74,8 @@ void kvq_kv_tile_decode(const kvq_codec *c, int side, int T, const uint8_t *tile
 typedef void (*kvq_kv_tile_decode_fn)(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y);
 /* The same with AVX-512 (tile_layout_avx512.c), bit-exact with it. */
 void kvq_kv_tile_decode_avx512(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y);
+/* The same with AVX2, FMA and F16C (tile_layout_avx2.c), bit-exact with it. */
+void kvq_kv_tile_decode_avx2(const kvq_codec *c, int side, int T, const uint8_t *tile, float *y);
 /* kvq_kv_tile_pack with AVX-512 and BMI2 for the rotated codecs at head_dim
  * a multiple of 64 (the same bytes; the others go to kvq_kv_tile_pack). */
 void kvq_kv_tile_pack_avx512(const kvq_codec *c, int side, int T, const uint8_t *rows, uint8_t *tile);

@@ -400,6 +400,14 @@ TEST(kvstore_interleaved_tiles_round_trip_and_match_the_documented_layout) {
                                    "%s d=%d T=%d side %d: AVX-512 tile decode differs at row %zu dim %zu: %g vs %g",
                                    names[ci], d, T, side, i / d, i % d, ysimd[i], y[i]);
                     }
+                    if (kvq_isa_supported(KVQ_ISA_AVX2)) {
+                        memset(ysimd, 0x11, sizeof(float) * (size_t)T * d);
+                        kvq_kv_tile_decode_avx2(c, side, T, tile, ysimd);
+                        for (size_t i = 0; i < (size_t)T * d; i++)
+                            CHECKF(!memcmp(&y[i], &ysimd[i], sizeof(float)),
+                                   "%s d=%d T=%d side %d: AVX2 tile decode differs at row %zu dim %zu: %g vs %g",
+                                   names[ci], d, T, side, i / d, i % d, ysimd[i], y[i]);
+                    }
 #endif
                     for (int r = 0; r < T; r++) {
                         kvq_kv_tile_unpack_row(c, side, T, tile, r, back);
