@@ -74,6 +74,15 @@ typedef struct kvq_attn_qi8 {
     float sum[KVQ_MAX_HEAD_DIM / 32];
     int32_t off[2][KVQ_MAX_HEAD_DIM / 32];
     int32_t off_all;
+    /* The AVX2 kernel's 16-bit query (decode_int_avx2.c): w = 254 q0 + q1
+     * per block (~15 bits), or q0 where one_scale (the rotated kinds: their
+     * sums span the head); wscale: what one step of w stands for; w_off,
+     * w_off_all, wsum: as off[0], off_all and sum, for w. */
+    _Alignas(64) int16_t w[KVQ_MAX_HEAD_DIM];
+    float wscale[KVQ_MAX_HEAD_DIM / 32];
+    float wsum[KVQ_MAX_HEAD_DIM / 32];
+    int32_t w_off[KVQ_MAX_HEAD_DIM / 32];
+    int32_t w_off_all;
 } kvq_attn_qi8;
 
 typedef void (*kvq_attn_qi8_fn)(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out);
@@ -103,20 +112,22 @@ typedef struct kvq_attn_itiles {
 } kvq_attn_itiles;
 
 /* Online-softmax attention of G <= KVQ_ATTN_MAX_G query heads over the first
- * n tokens of interleaved tiles, with vpdpbusd: scores from the int8 query
- * (and its residual where K is q8_0), P x V from the softmax weights times
- * each token's V scale rounded to 8 bits per (head, block, NT tiles)
- * (rotated V: per (head, NT tiles); f16 V rows: float, no rounding). Same
+ * n tokens of interleaved tiles, in integers. AVX512-VNNI (decode_vnni.c):
+ * scores from the int8 query (and its residual where K is q8_0), P x V
+ * from the softmax weights times each token's V scale rounded to 8 bits
+ * per (head, block, NT tiles) (rotated V: per (head, NT tiles)). AVX2
+ * (decode_int_avx2.c): the same for q4_0 / q4_1 / q5_0 / q5_1, 16-bit
+ * query and weights for the others. f16 V rows: P x V in float. Same
  * running state as kvq_attn_tile_fn. */
-typedef void (*kvq_attn_vnni_fn)(int G, int d, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *t, float *m,
-                                 float *l, float *acc);
+typedef void (*kvq_attn_int_fn)(int G, int d, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *t, float *m,
+                                float *l, float *acc);
 
 typedef struct kvq_attn_kernels {
     kvq_attn_tile_fn tile[2]; /* by row kind */
     kvq_attn_fused_fn fused;  /* NULL where the path has none: tiles are decoded to floats first */
     kvq_attn_block_fn block;  /* NULL where the path has none: queries run one by one */
-    kvq_attn_vnni_fn vnni;    /* NULL without AVX512-VNNI: interleaved tiles are unpacked to rows */
-    kvq_attn_qi8_fn qi8;      /* the queries for vnni (with it) */
+    kvq_attn_int_fn integer;  /* the integer kernel (AVX2, AVX512-VNNI); NULL on the scalar path: tiles are decoded to rows */
+    kvq_attn_qi8_fn qi8;      /* the queries for it (with it) */
     kvq_kv_tile_decode_fn tile_decode; /* interleaved tiles to floats (prefill, or no integer kernel) */
 } kvq_attn_kernels;
 
@@ -136,6 +147,13 @@ void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, int d, int n, const
 void kvq_attn_vnni_avx512(int G, int d, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *t, float *m, float *l,
                           float *acc);
 void kvq_attn_qi8_prepare_avx512(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out);
+
+void kvq_attn_int_avx2(int G, int d, int n, const kvq_attn_qi8 *q, const kvq_attn_itiles *t, float *m, float *l,
+                       float *acc);
+void kvq_attn_qi8_prepare_avx2(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out);
+/* acc (G, d) += p (G, row stride np) x the first n f16 rows of v (stride
+ * head_dim): decode_avx2.c's P x V, for the AVX2 integer kernel's f16 V. */
+void kvq_attn_rows_pv_f16_avx2(int G, int d, int n, int np, const float *p, const uint16_t *v, float *acc);
 
 /* The kernels of a path (the next lower one where a path lacks a kernel). */
 void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out);

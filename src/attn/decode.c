@@ -74,6 +74,9 @@ void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
     if (isa >= KVQ_ISA_AVX2) {
         out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_avx2;
         out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_avx2;
+        out->tile_decode = kvq_kv_tile_decode_avx2;
+        out->integer = kvq_attn_int_avx2;
+        out->qi8 = kvq_attn_qi8_prepare_avx2;
     }
     if (isa >= KVQ_ISA_AVX512) {
         out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_avx512;
@@ -82,7 +85,7 @@ void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
         out->block = kvq_attn_block_avx512;
         out->tile_decode = kvq_kv_tile_decode_avx512;
         if (kvq_cpu_has_vnni()) {
-            out->vnni = kvq_attn_vnni_avx512;
+            out->integer = kvq_attn_vnni_avx512;
             out->qi8 = kvq_attn_qi8_prepare_avx512;
         }
     }
@@ -169,14 +172,14 @@ typedef struct run_ctx {
     int direct[2];     /* K / V tiles are f16 rows, read in place */
     int fmt[2];        /* K / V fused row formats; -1 when the fused kernel cannot read them */
     int in_place;      /* the fused kernel reads the tiles' rows in place (see FUSED_MAX_QUERIES) */
-    int vnni;          /* the integer kernel reads the interleaved tiles in place (same rule) */
-    int k_kind, v_kind; /* KVQ_ITILE_* of the K / V tiles, when vnni */
+    int integer;       /* the integer kernel reads the interleaved tiles in place (same rule) */
+    int k_kind, v_kind; /* KVQ_ITILE_* of the K / V tiles, when integer */
     uint8_t icodes[2][256]; /* K / V code tables of the integer kernel (kvq_attn_itiles.lut) */
     float iunit[2];        /* K / V: their step (kvq_attn_itiles.unit) */
     float lut[2][16];  /* K / V row tables (kvq_attn_rows.lut) */
     const float *qd;   /* (n_q, n_head, head_dim) scaled, in the K domain */
     const float *qr;   /* (n_q, n_head, head_dim) scaled, original space */
-    const kvq_attn_qi8 *qi; /* (n_q, n_head) qd prepared for the integer kernel, when vnni */
+    const kvq_attn_qi8 *qi; /* (n_q, n_head) qd prepared for the integer kernel, when integer */
     float *part;       /* (n_tasks, n_q, G, head_dim + 2): m (G), l (G), acc (G, head_dim) */
     float *scratch;    /* (n_workers, 2, tile_tokens, head_dim) */
     _Atomic int *left; /* (n_kv_head): tasks of the head not yet ended (run_task) */
@@ -251,7 +254,7 @@ static void attend_itiles(const run_ctx *c, int kvh, int pos, const kvq_attn_iti
         for (int g0 = 0; g0 < c->G; g0 += KVQ_ATTN_MAX_G) {
             const int gn = c->G - g0 < KVQ_ATTN_MAX_G ? c->G - g0 : KVQ_ATTN_MAX_G;
             const kvq_attn_qi8 *qg = c->qi + (size_t)i * n_head + (size_t)kvh * c->G + g0;
-            c->kern.vnni(gn, c->d, n_valid, qg, it, p + g0, p + c->G + g0, p + 2 * c->G + (size_t)g0 * c->d);
+            c->kern.integer(gn, c->d, n_valid, qg, it, p + g0, p + c->G + g0, p + 2 * c->G + (size_t)g0 * c->d);
         }
     }
 }
@@ -299,7 +302,7 @@ static void attend_task(const run_ctx *c, int kvh, int j, int worker) {
     for (int t = c->chunk_start[j]; t < t_end; t++) {
         const int pos = n_sunk + t * T;
         if (pos > c->pos0 + c->n_q - 1) break;
-        if (c->vnni) {
+        if (c->integer) {
             /* Tiles in pairs where the task has two left (kvq_attn_itiles). */
             const int NT = t + 1 < t_end && 2 * T <= KVQ_KV_MAX_TILE ? 2 : 1;
             kvq_attn_itiles it = {.T = T, .NT = NT, .k_kind = c->k_kind, .v_kind = c->v_kind,
@@ -499,8 +502,8 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     c.in_place = c.kern.fused && c.fmt[0] >= 0 && c.fmt[1] >= 0 && n_q <= FUSED_MAX_QUERIES && !L->interleaved[0];
     /* No compressed tiles yet (the first tile_tokens tokens): nothing for the
      * integer kernel, so no int8 query either. */
-    c.vnni = c.kern.vnni && L->interleaved[0] && n_q <= FUSED_MAX_QUERIES && L->n_tiles > 0;
-    if (c.vnni) {
+    c.integer = c.kern.integer && L->interleaved[0] && n_q <= FUSED_MAX_QUERIES && L->n_tiles > 0;
+    if (c.integer) {
         c.k_kind = itile_kind(L, 0);
         c.v_kind = itile_kind(L, 1);
         itile_codes(L->codec[0], c.k_kind, c.icodes[0], &c.iunit[0]);
@@ -513,7 +516,7 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     const size_t qd_bytes = pad64(sizeof(float) * 2 * qn);
     const size_t part_bytes = pad64(sizeof(float) * n_tasks * n_q * part_floats(&c));
     const size_t scratch_bytes = pad64(sizeof(float) * (size_t)n_workers * 2 * c.T * d);
-    const size_t qi_bytes = c.vnni ? sizeof(kvq_attn_qi8) * (size_t)n_q * n_head : 0;
+    const size_t qi_bytes = c.integer ? sizeof(kvq_attn_qi8) * (size_t)n_q * n_head : 0;
     const size_t left_bytes = pad64(sizeof(_Atomic int) * (size_t)H);
     kvq_scratch *held = (kvq_scratch *)&kv->attn; /* mutable by design: see kvq_scratch */
     uint8_t *block = kvq_scratch_take(held, qd_bytes + part_bytes + scratch_bytes + left_bytes + qi_bytes);
@@ -522,7 +525,7 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     float *part = (float *)(void *)(block + qd_bytes);
     float *scratch = (float *)(void *)(block + qd_bytes + part_bytes);
     _Atomic int *left = (_Atomic int *)(void *)(block + qd_bytes + part_bytes + scratch_bytes);
-    kvq_attn_qi8 *qi = c.vnni ? (kvq_attn_qi8 *)(void *)(block + qd_bytes + part_bytes + scratch_bytes + left_bytes) : NULL;
+    kvq_attn_qi8 *qi = c.integer ? (kvq_attn_qi8 *)(void *)(block + qd_bytes + part_bytes + scratch_bytes + left_bytes) : NULL;
     const float scale = 1.0f / sqrtf((float)d);
     float *qr = qd + qn;
     for (size_t r = 0; r < (size_t)n_q * n_head; r++) {

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "attn/attn_kernels.h"
+#include "attn/softmax_avx2.h"
 
 #if KVQ_HAVE_X86
 #include <immintrin.h>
@@ -32,40 +33,6 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 reduce8(const float *r) {
     const __m256 hi = quad_sum(pair_sum(_mm256_load_ps(r + 32), _mm256_load_ps(r + 40)),
                                pair_sum(_mm256_load_ps(r + 48), _mm256_load_ps(r + 56)));
     return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
-}
-
-KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float hsum8(__m256 x) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float hmax8(__m256 x) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* exp(x) for x <= 0, relative error ~2e-7; below -87 gives 0. */
-KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 exp8(__m256 x) {
-    const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
 /* acc (G, d) += p (G, np) x V (n, d), CB 8-channel slices at a time
@@ -94,6 +61,15 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_body(const int G, const int CB,
 #pragma GCC unroll 4
             for (int b = 0; b < CB; b++) _mm256_storeu_ps(acc + g * d + c0 + 8 * b, a[g][b]);
     }
+}
+
+/* CB channel slices at once: G * CB independent accumulator chains hide
+ * the FMA latency, within the 16 registers. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_rows(const int G, int d, int n, int np, const float *p,
+                                                      const void *v, float *acc, const int kind) {
+    if (G <= 2) pv_body(G, 4, d, n, np, p, v, acc, kind);
+    else if (G <= 6) pv_body(G, 2, d, n, np, p, v, acc, kind);
+    else pv_body(G, 1, d, n, np, p, v, acc, kind);
 }
 
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, int n, const float *q, const void *k,
@@ -125,38 +101,8 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, int 
         for (int g = 0; g < G; g++)
             _mm256_store_ps(s + g * np + t0, _mm256_blendv_ps(reduce8(part + g * 64), _mm256_set1_ps(-INFINITY), pad));
     }
-    #pragma GCC unroll 8
-    for (int g = 0; g < G; g++) {
-        float *sg = s + g * np;
-        __m256 mx = _mm256_set1_ps(-INFINITY);
-        for (int t = 0; t < np; t += 8) mx = _mm256_max_ps(mx, _mm256_load_ps(sg + t));
-        /* A new maximum is rare at depth: see softmax_update (softmax_avx512.h). */
-        float m_new = m[g], alpha = 1.0f;
-        if (_mm256_movemask_ps(_mm256_cmp_ps(mx, _mm256_set1_ps(m[g]), _CMP_GT_OQ))) {
-            const float mt = hmax8(mx);
-            m_new = mt > m[g] ? mt : m[g];
-            alpha = expf(m[g] - m_new);
-        }
-        __m256 sum = _mm256_setzero_ps();
-        const __m256 mv = _mm256_set1_ps(m_new);
-        for (int t = 0; t < np; t += 8) {
-            const __m256 p = exp8(_mm256_sub_ps(_mm256_load_ps(sg + t), mv));
-            _mm256_store_ps(sg + t, p);
-            sum = _mm256_add_ps(sum, p);
-        }
-        l[g] = l[g] * alpha + hsum8(sum);
-        m[g] = m_new;
-        if (alpha != 1.0f) {
-            const __m256 av = _mm256_set1_ps(alpha);
-            for (int c = 0; c < d; c += 8)
-                _mm256_storeu_ps(acc + g * d + c, _mm256_mul_ps(_mm256_loadu_ps(acc + g * d + c), av));
-        }
-    }
-    /* CB channel slices at once: G * CB independent accumulator chains hide
-     * the FMA latency, within the 16 registers. */
-    if (G <= 2) pv_body(G, 4, d, n, np, s, v, acc, kind);
-    else if (G <= 6) pv_body(G, 2, d, n, np, s, v, acc, kind);
-    else pv_body(G, 1, d, n, np, s, v, acc, kind);
+    softmax_update_avx2(0, G, d, np, s, m, l, acc);
+    pv_rows(G, d, n, np, s, v, acc, kind);
 }
 
 /* One instantiation per group size, so the G accumulators are registers. */
@@ -180,5 +126,19 @@ KVQ_TARGET_AVX2 void kvq_attn_tile_f32_avx2(int G, int d, int n, const float *q,
 KVQ_TARGET_AVX2 void kvq_attn_tile_f16_avx2(int G, int d, int n, const float *q, const void *k, const void *v,
                                             float *m, float *l, float *acc) {
     KVQ_TILE_CASES(KVQ_ROWS_F16)
+}
+
+KVQ_TARGET_AVX2 void kvq_attn_rows_pv_f16_avx2(int G, int d, int n, int np, const float *p, const uint16_t *v,
+                                               float *acc) {
+    switch (G) {
+    case 1: pv_rows(1, d, n, np, p, v, acc, KVQ_ROWS_F16); break;
+    case 2: pv_rows(2, d, n, np, p, v, acc, KVQ_ROWS_F16); break;
+    case 3: pv_rows(3, d, n, np, p, v, acc, KVQ_ROWS_F16); break;
+    case 4: pv_rows(4, d, n, np, p, v, acc, KVQ_ROWS_F16); break;
+    case 5: pv_rows(5, d, n, np, p, v, acc, KVQ_ROWS_F16); break;
+    case 6: pv_rows(6, d, n, np, p, v, acc, KVQ_ROWS_F16); break;
+    case 7: pv_rows(7, d, n, np, p, v, acc, KVQ_ROWS_F16); break;
+    default: pv_rows(8, d, n, np, p, v, acc, KVQ_ROWS_F16); break;
+    }
 }
 #endif

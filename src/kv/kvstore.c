@@ -82,11 +82,11 @@ static kvq_status kv_codec(kvq_kv *kv, const char *name, kvq_codec **out) {
 static kvq_status kv_init(kvq_kv *kv) {
     const kvq_kv_params *p = &kv->p;
     const int T = p->tile_tokens, d = p->head_dim, H = p->n_kv_head;
-    /* AUTO: only where the attention kernel that reads the layout runs;
-     * other paths would have to unpack every tile to rows. */
+    /* AUTO: only where an integer attention kernel reads the layout (AVX2
+     * and up: decode_int_avx2.c, decode_vnni.c); the scalar path would
+     * have to unpack every tile to rows. */
     const int want_interleaved = p->tile_layout == KVQ_TILES_INTERLEAVED ||
-                                 (p->tile_layout == KVQ_TILES_AUTO && kvq_isa_default() >= KVQ_ISA_AVX512 &&
-                                  kvq_cpu_has_vnni());
+                                 (p->tile_layout == KVQ_TILES_AUTO && kvq_isa_default() >= KVQ_ISA_AVX2);
     for (int l = 0; l < p->n_layer; l++) {
         kvq_kv_layer *L = &kv->layers[l];
         const int boundary = l < p->boundary_layers || l >= p->n_layer - p->boundary_layers;
