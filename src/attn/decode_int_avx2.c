@@ -68,9 +68,9 @@ KVQ_TARGET_AVX2 void kvq_attn_qi8_prepare_avx2(const float *q, int d, int code_o
             const __m256i q0 = _mm256_cvtps_epi32(y);
             sum0 = _mm256_add_epi32(sum0, q0);
             const __m256i q0w = _mm256_packs_epi32(q0, q0), q0b = _mm256_packs_epi16(q0w, q0w);
-            /* bytes 0-3 of each lane: q0's 8 values */
-            const int64_t q8 = (int64_t)(uint32_t)_mm256_extract_epi32(q0b, 0) | (int64_t)_mm256_extract_epi32(q0b, 4) << 32;
-            memcpy(out->q[0] + 32 * b + 8 * h, &q8, 8);
+            /* bytes 0-3 of each lane hold q0's 8 values: dwords 0 and 4 */
+            const __m256i q8 = _mm256_permutevar8x32_epi32(q0b, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
+            _mm_storel_epi64((__m128i *)(void *)(out->q[0] + 32 * b + 8 * h), _mm256_castsi256_si128(q8));
             __m256i w = q0;
             if (!one_scale) {
                 const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(y, _mm256_cvtepi32_ps(q0)), _mm256_set1_ps(254.0f)));
