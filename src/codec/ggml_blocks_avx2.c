@@ -156,45 +156,52 @@ KVQ_TARGET_AVX2 kvq_status kvq_encode_q5_1_avx2(const kvq_codec *c, const float 
     return encode_asym(c, x, dst, 5);
 }
 
-/* The iq4_nl codebook as floats, entries 0..7 and 8..15. */
+/* ggml_blocks.h's iq4_nl buckets as four vectors of 8 (buckets 0..31):
+ * midpoints, bases, and the codebook value at each base. */
 typedef struct {
-    __m256 a, b;
-} iq4nl_table;
+    __m256 mid[4], val[4], base[4]; /* base: int32 bits */
+} iq4nl_buckets;
 
-static inline KVQ_TARGET_AVX2 iq4nl_table iq4nl_load_table(void) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)kvq_iq4nl_values);
-    iq4nl_table t = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)),
-                     _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)))};
-    return t;
-}
-
-static inline KVQ_TARGET_AVX2 __m256 iq4nl_lookup(iq4nl_table t, __m256i i) {
-    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.a, i), _mm256_permutevar8x32_ps(t.b, i),
-                            _mm256_castsi256_ps(_mm256_slli_epi32(i, 28)));
-}
-
-/* ggml's best_index_int8 per lane, branch-free: ml = the last entry <= x
- * among 0..14, then the nearer of entries ml and ml + 1 with ggml's tie rule.
- * Equal to the binary search for every non-NaN x. Returns the index and
- * stores the entry's value in *q. */
-static inline KVQ_TARGET_AVX2 __m256i iq4nl_index(__m256 x, iq4nl_table t, __m256 *q) {
-    __m256i ml = _mm256_setzero_si256();
-    for (int k = 1; k < 15; k++) {
-        const __m256 le = _mm256_cmp_ps(_mm256_set1_ps(kvq_iq4nl_values[k]), x, _CMP_LE_OQ);
-        ml = _mm256_sub_epi32(ml, _mm256_castps_si256(le));
+static inline KVQ_TARGET_AVX2 iq4nl_buckets iq4nl_buckets_load(void) {
+    iq4nl_buckets bk;
+    for (int i = 0; i < 4; i++) {
+        float val[8];
+        for (int k = 0; k < 8; k++) val[k] = (float)kvq_iq4nl_values[kvq_iq4nl_bucket_base[8 * i + k]];
+        bk.mid[i] = _mm256_loadu_ps(kvq_iq4nl_bucket_mid + 8 * i);
+        bk.val[i] = _mm256_loadu_ps(val);
+        bk.base[i] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(kvq_iq4nl_bucket_base + 8 * i)));
     }
-    const __m256i mu = _mm256_add_epi32(ml, _mm256_set1_epi32(1));
-    const __m256 lo = iq4nl_lookup(t, ml), hi = iq4nl_lookup(t, mu);
-    const __m256 lower = _mm256_cmp_ps(_mm256_sub_ps(x, lo), _mm256_sub_ps(hi, x), _CMP_LT_OQ);
-    *q = _mm256_blendv_ps(hi, lo, lower);
-    return _mm256_add_epi32(mu, _mm256_castps_si256(lower));
+    return bk;
+}
+
+/* Entry b (0..31) of a 32-entry table per lane: vpermps takes 3 index bits,
+ * bits 3 and 4 pick among the four. */
+static inline KVQ_TARGET_AVX2 __m256 lookup32(const __m256 t[4], __m256i b) {
+    const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(b, 28)), bit4 = _mm256_castsi256_ps(_mm256_slli_epi32(b, 27));
+    const __m256 lo = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t[0], b), _mm256_permutevar8x32_ps(t[1], b), bit3);
+    const __m256 hi = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t[2], b), _mm256_permutevar8x32_ps(t[3], b), bit3);
+    return _mm256_blendv_ps(lo, hi, bit4);
+}
+
+/* Per lane, x's bucket plus one where x reaches its midpoint: a bucket
+ * whose base is ggml's best_index_int8 of x (ggml_blocks_avx512.c
+ * iq4nl_index_bucket, where the clamp is explained). */
+static inline KVQ_TARGET_AVX2 __m256i iq4nl_index_bucket(__m256 x, const iq4nl_buckets *bk, int clamp) {
+    __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.0f / KVQ_IQ4NL_BUCKET_WIDTH),
+                               _mm256_set1_ps(-KVQ_IQ4NL_BUCKET_LO / KVQ_IQ4NL_BUCKET_WIDTH));
+    if (clamp) t = _mm256_max_ps(_mm256_min_ps(t, _mm256_set1_ps(31.5f)), _mm256_setzero_ps());
+    const __m256i b = _mm256_cvtps_epi32(_mm256_round_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+    const __m256 up = _mm256_cmp_ps(x, lookup32(bk->mid, b), _CMP_GE_OQ);
+    return _mm256_sub_epi32(b, _mm256_castps_si256(up));
 }
 
 /* Lanes run ggml's 16 trials (initial + itry -7..7) side by side in two
- * vectors, each summing over j in ggml's order. */
+ * vectors, each summing over j in ggml's order; the codebook index by
+ * buckets (one vpermps lookup each for midpoint and value, where a search
+ * over the 15 entries took 14 compares). */
 KVQ_TARGET_AVX2 kvq_status kvq_encode_iq4_nl_avx2(const kvq_codec *c, const float *x, void *dst) {
     uint8_t *out = dst;
-    const iq4nl_table t = iq4nl_load_table();
+    const iq4nl_buckets bk = iq4nl_buckets_load();
     for (int b = 0; b < c->head_dim / QK; b++, x += QK, out += 2 + QK / 2) {
         __m256 v[4];
         load_block(x, v);
@@ -204,20 +211,23 @@ KVQ_TARGET_AVX2 kvq_status kvq_encode_iq4_nl_avx2(const kvq_codec *c, const floa
         if (__builtin_fabsf(max) >= KVQ_IQ4NL_EPS) {
             float ids[16], sumqx[16], sumq2[16];
             kvq_iq4nl_trial_ids(max, ids);
-            for (int h = 0; h < 2; h++) {
-                const __m256 id = _mm256_loadu_ps(ids + 8 * h);
-                __m256 sqx = _mm256_setzero_ps(), sq2 = _mm256_setzero_ps();
-                for (int j = 0; j < QK; j++) {
-                    const __m256 xj = _mm256_set1_ps(x[j]), w = _mm256_set1_ps(x[j] * x[j]);
-                    __m256 q;
-                    iq4nl_index(_mm256_mul_ps(id, xj), t, &q);
-                    const __m256 wq = _mm256_mul_ps(w, q);
-                    sqx = _mm256_add_ps(sqx, _mm256_mul_ps(wq, xj));
-                    sq2 = _mm256_add_ps(sq2, _mm256_mul_ps(wq, q));
-                }
-                _mm256_storeu_ps(sumqx + 8 * h, sqx);
-                _mm256_storeu_ps(sumq2 + 8 * h, sq2);
+            const __m256 id0 = _mm256_loadu_ps(ids), id1 = _mm256_loadu_ps(ids + 8);
+            __m256 sqx0 = _mm256_setzero_ps(), sq20 = _mm256_setzero_ps();
+            __m256 sqx1 = _mm256_setzero_ps(), sq21 = _mm256_setzero_ps();
+            for (int j = 0; j < QK; j++) { /* both halves of the trials: independent chains */
+                const __m256 xj = _mm256_set1_ps(x[j]), w = _mm256_set1_ps(x[j] * x[j]);
+                const __m256 q0 = lookup32(bk.val, iq4nl_index_bucket(_mm256_mul_ps(id0, xj), &bk, 0));
+                const __m256 q1 = lookup32(bk.val, iq4nl_index_bucket(_mm256_mul_ps(id1, xj), &bk, 0));
+                const __m256 wq0 = _mm256_mul_ps(w, q0), wq1 = _mm256_mul_ps(w, q1);
+                sqx0 = _mm256_add_ps(sqx0, _mm256_mul_ps(wq0, xj));
+                sq20 = _mm256_add_ps(sq20, _mm256_mul_ps(wq0, q0));
+                sqx1 = _mm256_add_ps(sqx1, _mm256_mul_ps(wq1, xj));
+                sq21 = _mm256_add_ps(sq21, _mm256_mul_ps(wq1, q1));
             }
+            _mm256_storeu_ps(sumqx, sqx0);
+            _mm256_storeu_ps(sumq2, sq20);
+            _mm256_storeu_ps(sumqx + 8, sqx1);
+            _mm256_storeu_ps(sumq2 + 8, sq21);
             d = kvq_iq4nl_pick_scale(sumqx, sumq2);
         }
         const uint16_t h = kvq_f32_to_f16(d);
@@ -225,10 +235,8 @@ KVQ_TARGET_AVX2 kvq_status kvq_encode_iq4_nl_avx2(const kvq_codec *c, const floa
         const __m256 id = _mm256_set1_ps(kvq_ggml_inv_scale(d, h));
         kvq_store_u16(out, h);
         __m256i l[4];
-        for (int k = 0; k < 4; k++) {
-            __m256 q;
-            l[k] = iq4nl_index(_mm256_mul_ps(id, v[k]), t, &q);
-        }
+        for (int k = 0; k < 4; k++)
+            l[k] = _mm256_castps_si256(lookup32(bk.base, iq4nl_index_bucket(_mm256_mul_ps(id, v[k]), &bk, 1)));
         pack_nibbles(l, out + 2);
     }
     return KVQ_OK;
