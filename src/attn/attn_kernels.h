@@ -9,9 +9,10 @@
 /* Query heads one kernel call serves; larger groups are split. */
 #define KVQ_ATTN_MAX_G 8
 
-/* How the kernel reads K and V rows: floats, or f16 straight from a tile
- * (f16 codec tiles, staging, sinks) with no float copy. */
-enum { KVQ_ROWS_F32, KVQ_ROWS_F16 };
+/* How the kernel reads K and V rows: floats, or f16 / bf16 straight from a
+ * tile (f16 codec tiles, staging, sinks; bf16 tiles where the path has no
+ * fused kernel) with no float copy. */
+enum { KVQ_ROWS_F32, KVQ_ROWS_F16, KVQ_ROWS_BF16, KVQ_ROWS_COUNT };
 
 /* Online-softmax attention of G <= KVQ_ATTN_MAX_G query heads over n rows
  * (1 <= n <= KVQ_KV_MAX_TILE) of one tile. q: (G, head_dim), prepared
@@ -123,7 +124,7 @@ typedef void (*kvq_attn_int_fn)(int G, int d, int n, const kvq_attn_qi8 *q, cons
                                 float *l, float *acc);
 
 typedef struct kvq_attn_kernels {
-    kvq_attn_tile_fn tile[2]; /* by row kind */
+    kvq_attn_tile_fn tile[KVQ_ROWS_COUNT]; /* by row kind */
     kvq_attn_fused_fn fused;  /* NULL where the path has none: tiles are decoded to floats first */
     kvq_attn_block_fn block;  /* NULL where the path has none: queries run one by one */
     kvq_attn_int_fn integer;  /* the integer kernel (AVX2, AVX512-VNNI); NULL on the scalar path: tiles are decoded to rows */
@@ -166,6 +167,10 @@ void kvq_attn_tile_f32_avx2(int G, int d, int n, const float *q, const void *k, 
                             float *acc);
 void kvq_attn_tile_f16_avx2(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
                             float *acc);
+void kvq_attn_tile_bf16_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
+                            float *acc);
+void kvq_attn_tile_bf16_avx2(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
+                             float *acc);
 void kvq_attn_tile_f32_avx512(int G, int d, int n, const float *q, const void *k, const void *v, float *m,
                               float *l, float *acc);
 void kvq_attn_tile_f16_avx512(int G, int d, int n, const float *q, const void *k, const void *v, float *m,

@@ -19,6 +19,12 @@
 
 /* ------------------------------------------------------------ ref kernels */
 
+static float row_value(const void *rows, size_t j, int kind) {
+    if (kind == KVQ_ROWS_F16) return kvq_f16_to_f32(((const uint16_t *)rows)[j]);
+    if (kind == KVQ_ROWS_BF16) return kvq_bf16_to_f32(((const uint16_t *)rows)[j]);
+    return ((const float *)rows)[j];
+}
+
 static void tile_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
                      float *acc, int kind) {
     float s[KVQ_KV_MAX_TILE]; /* (n) */
@@ -29,7 +35,7 @@ static void tile_ref(int G, int d, int n, const float *q, const void *k, const v
             float dot = 0;
             for (int i = 0; i < d; i++) {
                 const size_t j = (size_t)t * d + i;
-                const float kv = kind == KVQ_ROWS_F16 ? kvq_f16_to_f32(((const uint16_t *)k)[j]) : ((const float *)k)[j];
+                const float kv = row_value(k, j, kind);
                 dot += qg[i] * kv;
             }
             s[t] = dot;
@@ -49,7 +55,7 @@ static void tile_ref(int G, int d, int n, const float *q, const void *k, const v
         for (int t = 0; t < n; t++)
             for (int i = 0; i < d; i++) {
                 const size_t j = (size_t)t * d + i;
-                const float vv = kind == KVQ_ROWS_F16 ? kvq_f16_to_f32(((const uint16_t *)v)[j]) : ((const float *)v)[j];
+                const float vv = row_value(v, j, kind);
                 a[i] += s[t] * vv;
             }
     }
@@ -65,15 +71,22 @@ void kvq_attn_tile_f16_ref(int G, int d, int n, const float *q, const void *k, c
     tile_ref(G, d, n, q, k, v, m, l, acc, KVQ_ROWS_F16);
 }
 
+void kvq_attn_tile_bf16_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
+                            float *acc) {
+    tile_ref(G, d, n, q, k, v, m, l, acc, KVQ_ROWS_BF16);
+}
+
 void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
     *out = (kvq_attn_kernels){0};
     out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_ref;
     out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_ref;
+    out->tile[KVQ_ROWS_BF16] = kvq_attn_tile_bf16_ref;
     out->tile_decode = kvq_kv_tile_decode;
 #if KVQ_HAVE_X86
     if (isa >= KVQ_ISA_AVX2) {
         out->tile[KVQ_ROWS_F32] = kvq_attn_tile_f32_avx2;
         out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_avx2;
+        out->tile[KVQ_ROWS_BF16] = kvq_attn_tile_bf16_avx2;
         out->tile_decode = kvq_kv_tile_decode_avx2;
         out->integer = kvq_attn_int_avx2;
         out->qi8 = kvq_attn_qi8_prepare_avx2;
@@ -169,7 +182,7 @@ typedef struct run_ctx {
     int G, d, T, n_q, pos0;
     int n_chunks, tasks_per_head;
     int chunk_start[MAX_CHUNKS + 1]; /* tile ranges of a head's chunks (chunk_schedule) */
-    int direct[2];     /* K / V tiles are f16 rows, read in place */
+    int direct[2];     /* K / V tiles' row kind where the tile kernel reads them in place (KVQ_ROWS_F16, _BF16), else -1 */
     int fmt[2];        /* K / V fused row formats; -1 when the fused kernel cannot read them */
     int in_place;      /* the fused kernel reads the tiles' rows in place (see FUSED_MAX_QUERIES) */
     int integer;       /* the integer kernel reads the interleaved tiles in place (same rule) */
@@ -332,26 +345,17 @@ static void attend_task(const run_ctx *c, int kvh, int j, int worker) {
             continue;
         }
         const void *k = sk->tiles[t], *v = sv->tiles[t];
-        if (!c->direct[0]) {
+        /* Both sides in place where they are rows of one kind; otherwise
+         * both as floats (a mixed pair converts its f16 / bf16 side too). */
+        const int kind = c->direct[0] >= 0 && c->direct[0] == c->direct[1] ? c->direct[0] : KVQ_ROWS_F32;
+        if (kind == KVQ_ROWS_F32) {
             decode_tile(c, 0, k, kbuf);
-            k = kbuf;
-        }
-        if (!c->direct[1]) {
             decode_tile(c, 1, v, vbuf);
+            k = kbuf;
             v = vbuf;
         }
-        /* Mixed cases (one side f16, the other decoded) convert the f16 side too. */
-        int kind = c->direct[0] && c->direct[1] ? KVQ_ROWS_F16 : KVQ_ROWS_F32;
-        if (kind == KVQ_ROWS_F32 && c->direct[0]) {
-            decode_tile(c, 0, k, kbuf);
-            k = kbuf;
-        }
-        if (kind == KVQ_ROWS_F32 && c->direct[1]) {
-            decode_tile(c, 1, v, vbuf);
-            v = vbuf;
-        }
-        const int fmt = kind == KVQ_ROWS_F16 ? KVQ_FMT_F16 : KVQ_FMT_F32;
-        const size_t stride = (kind == KVQ_ROWS_F16 ? sizeof(uint16_t) : sizeof(float)) * (size_t)d;
+        const int fmt = kind == KVQ_ROWS_F16 ? KVQ_FMT_F16 : kind == KVQ_ROWS_BF16 ? KVQ_FMT_BF16 : KVQ_FMT_F32;
+        const size_t stride = (kind == KVQ_ROWS_F32 ? sizeof(float) : sizeof(uint16_t)) * (size_t)d;
         const kvq_attn_rows kr = {k, stride, NULL, fmt, NULL}, vr = {v, stride, NULL, fmt, NULL};
         attend_rows(c, kvh, kind, pos, T, &kr, &vr, c->qd, part);
     }
@@ -491,8 +495,14 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     c.pos0 = pos0;
     c.n_chunks = chunk_schedule(L->n_tiles, c.chunk_start);
     c.tasks_per_head = c.n_chunks + 1;
-    c.direct[0] = kvq_kv_f16_rows(L->codec[0]);
-    c.direct[1] = kvq_kv_f16_rows(L->codec[1]);
+    /* bf16 rows in place only where no fused kernel reads them and no
+     * block kernel (f32 / f16 rows only) takes prefill: the AVX2 and
+     * scalar paths. */
+    for (int i = 0; i < 2; i++) {
+        const kvq_codec *cd = L->codec[i];
+        const int bf16 = !cd->qjl && !cd->mean && cd->desc->family == &kvq_family_plain && cd->desc->param == KVQ_PLAIN_BF16;
+        c.direct[i] = kvq_kv_f16_rows(cd) ? KVQ_ROWS_F16 : bf16 && !c.kern.fused && !c.kern.block ? KVQ_ROWS_BF16 : -1;
+    }
     for (int i = 0; i < 2; i++) {
         c.fmt[i] = kvq_attn_rows_fmt(L->codec[i]);
         if (c.fmt[i] >= 0) rows_lut(L->codec[i], c.fmt[i], c.lut[i]);

@@ -14,6 +14,9 @@
 
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 load8(const void *base, size_t i, int kind) {
     if (kind == KVQ_ROWS_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
+    if (kind == KVQ_ROWS_BF16) /* bf16 is a float's top half */
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i))), 16));
     return _mm256_loadu_ps((const float *)base + i);
 }
 
@@ -126,6 +129,11 @@ KVQ_TARGET_AVX2 void kvq_attn_tile_f32_avx2(int G, int d, int n, const float *q,
 KVQ_TARGET_AVX2 void kvq_attn_tile_f16_avx2(int G, int d, int n, const float *q, const void *k, const void *v,
                                             float *m, float *l, float *acc) {
     KVQ_TILE_CASES(KVQ_ROWS_F16)
+}
+
+KVQ_TARGET_AVX2 void kvq_attn_tile_bf16_avx2(int G, int d, int n, const float *q, const void *k, const void *v,
+                                             float *m, float *l, float *acc) {
+    KVQ_TILE_CASES(KVQ_ROWS_BF16)
 }
 
 KVQ_TARGET_AVX2 void kvq_attn_rows_pv_f16_avx2(int G, int d, int n, int np, const float *p, const uint16_t *v,

@@ -372,9 +372,12 @@ TEST(attn_tile_kernels_match_reference) {
     uint16_t *kh = malloc(2 * n * d), *vh = malloc(2 * n * d);
     kvq_test_outlier_rows(k, n, d, 3);
     kvq_test_outlier_rows(v, n, d, 4);
+    uint16_t *kb = malloc(2 * n * d), *vb = malloc(2 * n * d);
     for (int i = 0; i < n * d; i++) {
         kh[i] = kvq_f32_to_f16(k[i]);
         vh[i] = kvq_f32_to_f16(v[i]);
+        kb[i] = kvq_f32_to_bf16(k[i]);
+        vb[i] = kvq_f32_to_bf16(v[i]);
     }
     float *q = random_queries(8 * d, 8);
     for (int i = 0; i < 8 * d; i++) q[i] *= 0.05f;
@@ -382,12 +385,13 @@ TEST(attn_tile_kernels_match_reference) {
         if (!kvq_isa_supported((kvq_isa)isa)) continue;
         kvq_attn_kernels ker;
         kvq_attn_kernels_get((kvq_isa)isa, &ker);
-        for (int kind = 0; kind < 2; kind++)
+        for (int kind = 0; kind < KVQ_ROWS_COUNT; kind++)
             for (int G = 1; G <= 8; G++) {
                 float m0[8], l0[8], a0[8 * 128], m1[8], l1[8], a1[8 * 128];
                 for (int g = 0; g < G; g++) m0[g] = m1[g] = 0.5f, l0[g] = l1[g] = 2.0f;
                 for (int i = 0; i < G * d; i++) a0[i] = a1[i] = 0.1f;
-                const void *kk = kind ? (const void *)kh : k, *vv = kind ? (const void *)vh : v;
+                const void *kk = kind == KVQ_ROWS_F16 ? (const void *)kh : kind == KVQ_ROWS_BF16 ? (const void *)kb : k;
+                const void *vv = kind == KVQ_ROWS_F16 ? (const void *)vh : kind == KVQ_ROWS_BF16 ? (const void *)vb : v;
                 ref.tile[kind](G, d, n, q, kk, vv, m0, l0, a0);
                 ker.tile[kind](G, d, n, q, kk, vv, m1, l1, a1);
                 for (int g = 0; g < G; g++) {
@@ -405,6 +409,8 @@ TEST(attn_tile_kernels_match_reference) {
     free(v);
     free(kh);
     free(vh);
+    free(kb);
+    free(vb);
     free(q);
 }
 
