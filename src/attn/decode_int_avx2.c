@@ -32,6 +32,16 @@
  * larger groups take more passes over the same (L1-resident) tile. */
 #define INT_PASS_G 4
 
+/* The int32 sums' headroom, at the largest legal codes and weights: P x V
+ * sums a run (<= KVQ_KV_MAX_TILE tokens) of 15-bit p times u8 codes per
+ * dim (2.14e9 of 2.147e9 today); the 16-bit query's block sums and the
+ * rotated kinds' whole-head sums of 8-bit queries are far inside. Raising
+ * the tile or head limits must revisit these. */
+_Static_assert((int64_t)KVQ_KV_MAX_TILE * 255 * 32767 <= INT32_MAX, "P x V int32 sums");
+_Static_assert((int64_t)32 * 255 * 32385 + (int64_t)128 * 32 * 32385 <= INT32_MAX, "scores: 16-bit query block sums");
+_Static_assert((int64_t)KVQ_MAX_HEAD_DIM * 255 * 127 + (int64_t)128 * KVQ_MAX_HEAD_DIM * 127 <= INT32_MAX,
+               "scores: rotated whole-head sums");
+
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE int32_t hsum8i(__m256i x) {
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
@@ -89,7 +99,7 @@ KVQ_TARGET_AVX2 void kvq_attn_qi8_prepare_avx2(const float *q, int d, int code_o
         out->wscale[b] = amax / 127.0f / (one_scale ? 1.0f : 254.0f);
         out->wsum[b] = out->wscale[b] * (float)wsum;
         out->w_off[b] = -code_off * wsum;
-        out->w_off_all += out->w_off[b];
+        if (one_scale) out->w_off_all += out->w_off[b]; /* the rotated kinds' only (others' could pass int32) */
     }
 }
 
