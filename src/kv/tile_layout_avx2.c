@@ -305,6 +305,21 @@ static KVQ_TARGET_AVX2 KVQ_ALWAYS_INLINE void decode_k(const int b, const kvq_co
     }
 }
 
+/* One V vector of q4_0's layout (q4_0, iq4_nl: b 0; 4-bit rotated: b 4)
+ * at v: 4 tokens x 32 dims, token i's scale s[i], to yq (row stride d). */
+static KVQ_TARGET_AVX2 KVQ_ALWAYS_INLINE void nibble_quad(const int b, const uint8_t *v, table tab, const float s[4],
+                                                           int d, float *yq) {
+    __m256i x[2];
+    quad_tokens(v, x);
+    for (int q = 0; q < 2; q++) {
+        const __m256i lo = bytes_srl(x[q], 0, 15), hi = bytes_srl(x[q], 4, 15);
+        for (int L = 0; L < 2; L++) {
+            emit(b, 0, lo, L, tab, s[2 * q + L], yq + (size_t)(2 * q + L) * d);
+            emit(b, 0, hi, L, tab, s[2 * q + L], yq + (size_t)(2 * q + L) * d + 16);
+        }
+    }
+}
+
 static KVQ_TARGET_AVX2 KVQ_ALWAYS_INLINE void decode_v(const int b, const kvq_codec *codec, int T, const uint8_t *tile,
                                                         table tab, float *y) {
     const int d = codec->head_dim, nb = d / 32, nc = d / 64;
@@ -322,14 +337,7 @@ static KVQ_TARGET_AVX2 KVQ_ALWAYS_INLINE void decode_v(const int b, const kvq_co
                         for (int i = 0; i < 4; i++) emit(8, 0, x[i / 2], i % 2, tab, s[i], yq + (size_t)i * d + 16 * h);
                     }
                 } else {
-                    quad_tokens(tile + 64 * ((size_t)j * nb + blk), x);
-                    for (int q = 0; q < 2; q++) {
-                        const __m256i lo = bytes_srl(x[q], 0, 15), hi = bytes_srl(x[q], 4, 15);
-                        for (int L = 0; L < 2; L++) {
-                            emit(0, 0, lo, L, tab, s[2 * q + L], yq + (size_t)(2 * q + L) * d);
-                            emit(0, 0, hi, L, tab, s[2 * q + L], yq + (size_t)(2 * q + L) * d + 16);
-                        }
-                    }
+                    nibble_quad(0, tile + 64 * ((size_t)j * nb + blk), tab, s, d, yq);
                 }
             }
         return;
@@ -339,17 +347,8 @@ static KVQ_TARGET_AVX2 KVQ_ALWAYS_INLINE void decode_v(const int b, const kvq_co
         for (int j = 0; j < T / 4; j++) {
             float s[4];
             scales_f16(scales + 2 * ((size_t)4 * j), 4, s);
-            for (int blk = 0; blk < nb; blk++) {
-                quad_tokens(tile + 64 * ((size_t)j * nb + blk), x);
-                float *yq = y + (size_t)4 * j * d + 32 * blk;
-                for (int q = 0; q < 2; q++) {
-                    const __m256i lo = bytes_srl(x[q], 0, 15), hi = bytes_srl(x[q], 4, 15);
-                    for (int L = 0; L < 2; L++) {
-                        emit(4, 0, lo, L, tab, s[2 * q + L], yq + (size_t)(2 * q + L) * d);
-                        emit(4, 0, hi, L, tab, s[2 * q + L], yq + (size_t)(2 * q + L) * d + 16);
-                    }
-                }
-            }
+            for (int blk = 0; blk < nb; blk++)
+                nibble_quad(4, tile + 64 * ((size_t)j * nb + blk), tab, s, d, y + (size_t)4 * j * d + 32 * blk);
         }
         return;
     }
