@@ -407,10 +407,19 @@ void kvq_sampler_accept(kvq_sampler *s, int32_t id);
 
 /* ---- model and inference context ---- */
 
-/* A model loaded from a GGUF file (llama, qwen2, qwen3 architectures). The
- * file is memory-mapped read-only and stays mapped while the model lives.
- * One model may serve several contexts. */
+/* A model loaded from a GGUF file (llama, qwen2, qwen3 architectures). One
+ * model may serve several contexts. */
 typedef struct kvq_model kvq_model;
+
+/* How a model holds its file while it lives.
+ * RESIDENT (kvq_model_load's): read whole into memory of its own at load,
+ * advised for 2 MiB pages. Decode reads every weight once a token, and
+ * through huge pages it takes ~500x fewer TLB misses: 13-15% more tokens a
+ * second on SmolLM2-135M (docs/PERF.md). Falls back to MAPPED where the
+ * memory cannot be had.
+ * MAPPED: memory-mapped read-only, paged in on first use: starts at once
+ * and shares its pages with the page cache, in 4 KiB pages. */
+typedef enum { KVQ_WEIGHTS_RESIDENT = 0, KVQ_WEIGHTS_MAPPED = 1 } kvq_weights_mode;
 
 typedef struct kvq_model_info {
     const char *arch;   /* "llama", "qwen2", "qwen3" */
@@ -419,7 +428,10 @@ typedef struct kvq_model_info {
     size_t weight_bytes; /* bytes of weights read per token */
 } kvq_model_info;
 
-kvq_status kvq_model_load(const char *path, kvq_model **out);
+kvq_status kvq_model_load(const char *path, kvq_model **out); /* RESIDENT */
+kvq_status kvq_model_load_with(const char *path, kvq_weights_mode mode, kvq_model **out);
+/* The mode the model got (RESIDENT may have fallen back to MAPPED). */
+kvq_weights_mode kvq_model_weights_mode(const kvq_model *m);
 void kvq_model_free(kvq_model *m);
 void kvq_model_get_info(const kvq_model *m, kvq_model_info *info);
 /* The model's GGUF file, for metadata lookups. */

@@ -47,6 +47,7 @@ int cli_default_model(char *buf, size_t cap);
 typedef struct cli_model_opts {
     const char *model;       /* NULL until given or defaulted */
     const char *kv_preset;   /* the --kv name, if given */
+    int mmap;                /* --mmap: map the model file, do not read it in */
     kvq_ctx_params ctx;
     char model_buf[4096];
 } cli_model_opts;

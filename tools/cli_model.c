@@ -35,7 +35,10 @@ const char *cli_model_opts_help(void) {
            "  --int8-prefill        int8 activations in prompt matmuls, as ggml does:\n"
            "                        faster prompts, logits move (default: float)\n"
            "  --float-decode        float activations in decode matvecs (default: 16-bit\n"
-           "                        integer codes per block of 32 on AVX-512 VNNI CPUs)\n";
+           "                        integer codes per block of 32 on AVX-512 VNNI CPUs)\n"
+           "  --mmap                map the model file instead of reading it into memory\n"
+           "                        in huge pages: starts at once and shares the page\n"
+           "                        cache, but decodes ~13%% slower (4 KiB pages)\n";
 }
 
 static int is(const char *a, const char *s1, const char *s2) {
@@ -97,6 +100,9 @@ int cli_model_opts_parse(cli_model_opts *o, int argc, char **argv, int *i) {
     } else if (is(a, "--float-decode", NULL)) {
         o->ctx.float_decode = 1;
         return 1;
+    } else if (is(a, "--mmap", NULL)) {
+        o->mmap = 1;
+        return 1;
     } else if (is(a, "--kv-no-center", NULL)) {
         o->ctx.centering = 0;
         return 1;
@@ -115,7 +121,7 @@ int cli_model_load(cli_model_opts *o, kvq_model **model) {
         if (!cli_default_model(o->model_buf, sizeof o->model_buf)) return 0;
         o->model = o->model_buf;
     }
-    if (kvq_model_load(o->model, model) != KVQ_OK) {
+    if (kvq_model_load_with(o->model, o->mmap ? KVQ_WEIGHTS_MAPPED : KVQ_WEIGHTS_RESIDENT, model) != KVQ_OK) {
         fprintf(stderr, "kvq: %s: %s\n", o->model, kvq_last_error());
         return 0;
     }

@@ -57,6 +57,8 @@ static void usage(FILE *f) {
                "  -b, --batch-size N    prompt tokens per forward chunk (default 256)\n"
                "  --kv-sinks N, --kv-boundary L, --kv-no-center, --kv-seed N, --kv-layout L\n"
                "                        as in `kvq run --help`, applied to every KV config\n"
+               "  --mmap                map the model files instead of reading them into huge\n"
+               "                        pages (as `kvq run --help` says)\n"
                "\n"
                "Output fields (csv/json/jsonl) use llama-bench's names: model_filename,\n"
                "model_type, model_size (bytes), model_n_params, n_batch, n_threads, type_k,\n"
@@ -154,7 +156,7 @@ typedef struct {
     out_fmt fmt;
     const char *plot;
     int fill_copy; /* --fill copy: deeper configs copy the f16 control's rows */
-    cli_model_opts mo; /* -c, -b, --kv-sinks, --kv-boundary, --kv-no-center, --kv-seed */
+    cli_model_opts mo; /* -c, -b, --kv-sinks, --kv-boundary, --kv-no-center, --kv-seed, --mmap */
     kv_cfg cfgs[LIST_MAX * 2];
     int n_cfg;
     cell *cells;
@@ -1007,7 +1009,8 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     for (int m = 0; m < b.models.n; m++) {
-        if (kvq_model_load(b.models.v[m], &models[m]) != KVQ_OK) {
+        if (kvq_model_load_with(b.models.v[m], b.mo.mmap ? KVQ_WEIGHTS_MAPPED : KVQ_WEIGHTS_RESIDENT, &models[m]) !=
+            KVQ_OK) {
             fprintf(stderr, "kvq bench: %s: %s\n", b.models.v[m], kvq_last_error());
             goto done;
         }

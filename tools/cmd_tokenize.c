@@ -47,6 +47,7 @@ static int decode_ids(const kvq_tokenizer *tok, const char *text) {
 int cmd_tokenize(int argc, char **argv) {
     cli_model_opts o;
     cli_model_opts_init(&o);
+    o.mmap = 1; /* only the tokenizer's metadata is read: no need to load the weights */
     const char *prompt = NULL, *file = NULL;
     int json = 0, add_bos = 0, parse_special = 0, decode = 0;
     for (int i = 1; i < argc; i++) {

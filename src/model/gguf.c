@@ -1,4 +1,5 @@
-/* gguf.c — GGUF v2/v3 parser over a read-only mapping.
+/* gguf.c — GGUF v2/v3 parser over the file's bytes in memory (mapped, or
+ * read into memory of its own: kvq_gguf_open_file).
  *
  * Layout (little-endian): "GGUF", u32 version, u64 tensor_count,
  * u64 kv_count; kv_count entries (string key, u32 type, value); tensor_count
@@ -108,6 +109,7 @@ struct kvq_gguf {
     const uint8_t *base; /* (size) the file */
     uint64_t size;
     void *map;           /* the mapping to unmap, NULL for kvq_gguf_open_memory */
+    int resident;        /* map is anonymous memory holding a copy of the file */
     uint32_t version;
     uint64_t alignment;
     uint64_t data_start; /* file offset of the data section */
@@ -529,7 +531,45 @@ kvq_status kvq_gguf_open_memory(const void *data, size_t size, kvq_gguf **out) {
     return open_mapped(data ? data : empty, size, NULL, out);
 }
 
-kvq_status kvq_gguf_open(const char *path, kvq_gguf **out) {
+/* THP's page size: a resident file starts on such a boundary so that all of
+ * it can sit in huge pages. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* size bytes of anonymous memory on a HUGE_PAGE boundary, advised for huge
+ * pages (systems whose THP setting is "madvise" need the advice), or NULL.
+ * The slack mapped for the alignment is unmapped again, so the region is
+ * released by one munmap(p, size). */
+static void *map_huge(size_t size) {
+    if (size > SIZE_MAX - HUGE_PAGE) return NULL;
+    uint8_t *m = mmap(NULL, size + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    uint8_t *p = (uint8_t *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), end = (size + page - 1) / page * page;
+    if (p > m) munmap(m, (size_t)(p - m));
+    if ((size_t)(m + size + HUGE_PAGE - p) > end) munmap(p + end, (size_t)(m + size + HUGE_PAGE - p) - end);
+#ifdef MADV_HUGEPAGE
+    madvise(p, size, MADV_HUGEPAGE); /* advice only: without it the pages are small */
+#endif
+    return p;
+}
+
+/* Reads all size bytes of fd into dst; KVQ_ERR_IO naming path otherwise. */
+static kvq_status read_all(int fd, uint8_t *dst, size_t size, const char *path) {
+    size_t got = 0;
+    while (got < size) {
+        const size_t want = size - got < ((size_t)1 << 30) ? size - got : (size_t)1 << 30;
+        const ssize_t r = pread(fd, dst + got, want, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return kvq_fail(KVQ_ERR_IO, "gguf: cannot read '%s': %s", path, strerror(errno));
+        if (r == 0)
+            return kvq_fail(KVQ_ERR_IO, "gguf: '%s' ended at byte %zu of %zu while being read (changed?)", path,
+                            got, size);
+        got += (size_t)r;
+    }
+    return KVQ_OK;
+}
+
+kvq_status kvq_gguf_open_file(const char *path, int resident, kvq_gguf **out) {
     KVQ_RETURN_IF(!path || !out, KVQ_ERR_INVALID_ARG, "gguf: NULL argument");
     *out = NULL;
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -549,12 +589,30 @@ kvq_status kvq_gguf_open(const char *path, kvq_gguf **out) {
         return kvq_fail(KVQ_ERR_FORMAT, "gguf: header: '%s' has %lld bytes, fewer than a GGUF header (%d)", path,
                         (long long)st.st_size, GGUF_HEADER_BYTES);
     }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    const size_t size = (size_t)st.st_size;
+    /* Resident where the memory can be had, else mapped as asked. */
+    void *map = resident ? map_huge(size) : NULL;
+    if (map) {
+        const kvq_status s = read_all(fd, map, size, path);
+        close(fd);
+        if (s != KVQ_OK) {
+            munmap(map, size);
+            return s;
+        }
+        const kvq_status o = open_mapped(map, (uint64_t)size, map, out);
+        if (o == KVQ_OK) (*out)->resident = 1;
+        return o;
+    }
+    map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     const int e = errno;
     close(fd);
     if (map == MAP_FAILED) return kvq_fail(KVQ_ERR_IO, "gguf: cannot map '%s': %s", path, strerror(e));
-    return open_mapped(map, (uint64_t)st.st_size, map, out);
+    return open_mapped(map, (uint64_t)size, map, out);
 }
+
+kvq_status kvq_gguf_open(const char *path, kvq_gguf **out) { return kvq_gguf_open_file(path, 0, out); }
+
+int kvq_gguf_resident(const kvq_gguf *g) { return g ? g->resident : 0; }
 
 /* ------------------------------------------------------------ file facts */
 

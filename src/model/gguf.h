@@ -1,5 +1,5 @@
-/* gguf.h — GGUF v2/v3 files over a read-only mapping, every field validated
- * at open.
+/* gguf.h — GGUF v2/v3 files, mapped read-only or read into memory, every
+ * field validated at open.
  *
  * kvq_gguf_open() (public, kvq.h) maps the file and checks all of it before
  * returning: header, every key/value (nested arrays included), every tensor
@@ -95,6 +95,15 @@ typedef struct kvq_gguf_tensor {
     uint64_t n_bytes;         /* of the data */
     const void *data;         /* (n_bytes) inside the mapping */
 } kvq_gguf_tensor;
+
+/* kvq_gguf_open(), or with resident set the whole file read into memory of
+ * its own, advised for huge pages (the model's weights: decode reads them
+ * through fewer TLB entries), falling back to the mapping where that memory
+ * cannot be had. The same checks either way. */
+kvq_status kvq_gguf_open_file(const char *path, int resident, kvq_gguf **out);
+
+/* 1 if g holds a resident copy of its file, 0 if it maps it (or borrows). */
+int kvq_gguf_resident(const kvq_gguf *g);
 
 /* Opens GGUF bytes already in memory (tests, fuzzing); the handle borrows
  * data, which must outlive it. Same checks as kvq_gguf_open(). */

@@ -196,12 +196,22 @@ kvq_status kvq_model_from_gguf(kvq_gguf *g, kvq_model **out) {
     return KVQ_OK;
 }
 
-kvq_status kvq_model_load(const char *path, kvq_model **out) {
+kvq_status kvq_model_load_with(const char *path, kvq_weights_mode mode, kvq_model **out) {
     KVQ_RETURN_IF(!path || !out, KVQ_ERR_INVALID_ARG, "kvq_model_load: NULL argument");
+    KVQ_RETURN_IF(mode != KVQ_WEIGHTS_RESIDENT && mode != KVQ_WEIGHTS_MAPPED, KVQ_ERR_INVALID_ARG,
+                  "kvq_model_load: weights mode %d is neither RESIDENT nor MAPPED", (int)mode);
     *out = NULL;
     kvq_gguf *g;
-    KVQ_FORWARD(kvq_gguf_open(path, &g));
+    KVQ_FORWARD(kvq_gguf_open_file(path, mode == KVQ_WEIGHTS_RESIDENT, &g));
     return kvq_model_from_gguf(g, out);
+}
+
+kvq_status kvq_model_load(const char *path, kvq_model **out) {
+    return kvq_model_load_with(path, KVQ_WEIGHTS_RESIDENT, out);
+}
+
+kvq_weights_mode kvq_model_weights_mode(const kvq_model *m) {
+    return m && kvq_gguf_resident(m->gguf) ? KVQ_WEIGHTS_RESIDENT : KVQ_WEIGHTS_MAPPED;
 }
 
 void kvq_model_free(kvq_model *m) {

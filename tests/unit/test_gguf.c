@@ -320,15 +320,21 @@ static int write_file(const char *path, const void *p, size_t len) {
     return fclose(f) == 0 && ok;
 }
 
+/* The v3 sample in a new temporary file named path: 1 if written. */
+static int sample_file(sample *s, char path[26]) {
+    build_sample(s, 3);
+    strcpy(path, "/tmp/kvq-test-gguf-XXXXXX");
+    const int fd = mkstemp(path);
+    if (fd < 0) return 0;
+    close(fd);
+    return write_file(path, s->b.p, s->b.len);
+}
+
 TEST(gguf_open_reads_a_file_and_reports_io_errors) {
     sample s;
-    build_sample(&s, 3);
-    char path[] = "/tmp/kvq-test-gguf-XXXXXX";
-    const int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
+    char path[26];
     kvq_gguf *g = NULL;
-    const int wrote = write_file(path, s.b.p, s.b.len);
+    const int wrote = sample_file(&s, path);
     const kvq_status st = wrote ? kvq_gguf_open(path, &g) : KVQ_ERR_IO;
     if (st == KVQ_OK) check_sample_values(g, &s);
     kvq_gguf_close(g);
@@ -345,6 +351,43 @@ TEST(gguf_open_reads_a_file_and_reports_io_errors) {
     CHECK(strstr(kvq_last_error(), "/nonexistent/kvq.gguf"));
     CHECK(kvq_gguf_open("/tmp", &g) == KVQ_ERR_IO && strstr(kvq_last_error(), "not a regular file"));
     CHECK(kvq_gguf_open(NULL, &g) == KVQ_ERR_INVALID_ARG);
+}
+
+/* A resident open reads the same bytes the mapping shows, into memory of
+ * its own on a 2 MiB boundary (so that it can sit in huge pages), and
+ * gives a file that fails a check the same error. */
+TEST(gguf_resident_open_matches_the_mapping) {
+    sample s;
+    char path[26];
+    kvq_gguf *mapped = NULL, *resident = NULL;
+    const int wrote = sample_file(&s, path);
+    const kvq_status sm = wrote ? kvq_gguf_open_file(path, 0, &mapped) : KVQ_ERR_IO;
+    const kvq_status sr = wrote ? kvq_gguf_open_file(path, 1, &resident) : KVQ_ERR_IO;
+    CHECK_OK(sm);
+    CHECK_OK(sr);
+    if (sm == KVQ_OK && sr == KVQ_OK) {
+        check_sample_values(resident, &s);
+        CHECK(!kvq_gguf_resident(mapped) && kvq_gguf_resident(resident));
+        CHECK(kvq_gguf_tensor_count(resident) == kvq_gguf_tensor_count(mapped));
+        for (int64_t i = 0; i < kvq_gguf_tensor_count(resident); i++) {
+            const kvq_gguf_tensor *a = kvq_gguf_tensor_at(mapped, i), *b = kvq_gguf_tensor_at(resident, i);
+            CHECK(a->n_bytes == b->n_bytes && a->data != b->data);
+            CHECK(!memcmp(a->data, b->data, a->n_bytes) && !memcmp(b->data, s.b.p + b->offset, b->n_bytes));
+            CHECK(((uintptr_t)b->data - b->offset) % ((uintptr_t)2 << 20) == 0);
+        }
+    }
+    kvq_gguf_close(mapped);
+    kvq_gguf_close(resident);
+    /* A tensor past the end: the resident copy fails the mapped one's check. */
+    resident = NULL;
+    const int wrote_cut = write_file(path, s.b.p, s.b.len - 1);
+    const kvq_status cut = kvq_gguf_open_file(path, 1, &resident);
+    unlink(path);
+    free(s.b.p);
+    CHECK(wrote_cut);
+    CHECK(cut == KVQ_ERR_FORMAT && resident == NULL);
+    CHECK(kvq_gguf_open_file("/nonexistent/kvq.gguf", 1, &resident) == KVQ_ERR_IO && resident == NULL);
+    CHECK(kvq_gguf_resident(NULL) == 0);
 }
 
 TEST(gguf_getters_check_types_and_ranges) {

@@ -3,7 +3,8 @@
  * (missing), one value changed (inconsistent shapes, unsupported choices)
  * or one tensor's type changed. Each must fail with a message naming the
  * key, tensor or value, and nothing may be read out of bounds (the buffer
- * is exactly the file's size, for ASan). */
+ * is exactly the file's size, for ASan). And the file read into memory
+ * (the default) or mapped gives the same logits. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,4 +113,40 @@ TEST(model_load_refuses_missing_and_inconsistent_metadata) {
     };
     for (size_t k = 0; k < KVQ_ARRAY_LEN(edits); k++) CHECKF(load_fails(file, n, &edits[k]), "edit %zu", k);
     free(file);
+}
+
+/* The weights read into memory (kvq_model_load's default) and mapped from
+ * the file are the same bytes: the same logits to the bit. */
+TEST(model_load_resident_and_mapped_agree) {
+    kvq_model *res = NULL, *map = NULL;
+    CHECKF(kvq_model_load_with(TINY_MODEL, KVQ_WEIGHTS_RESIDENT, &res) == KVQ_OK, "%s (run from the repo root)",
+           TINY_MODEL);
+    CHECK_OK(kvq_model_load_with(TINY_MODEL, KVQ_WEIGHTS_MAPPED, &map));
+    CHECK(kvq_model_load_with(TINY_MODEL, (kvq_weights_mode)7, &map) == KVQ_ERR_INVALID_ARG);
+    if (!res || !map) {
+        kvq_model_free(res);
+        kvq_model_free(map);
+        return;
+    }
+    CHECK(kvq_model_weights_mode(res) == KVQ_WEIGHTS_RESIDENT && kvq_model_weights_mode(map) == KVQ_WEIGHTS_MAPPED);
+    kvq_model_info info;
+    kvq_model_get_info(res, &info);
+    const int32_t tokens[5] = {1, 17, 5, 42, 9};
+    float *logits[2];
+    for (int k = 0; k < 2; k++) {
+        kvq_ctx_params p;
+        kvq_ctx_params_default(&p);
+        p.n_ctx = 16;
+        p.n_threads = 2;
+        kvq_ctx *c = NULL;
+        logits[k] = malloc(sizeof(float) * (size_t)info.n_vocab);
+        CHECK_OK(kvq_ctx_create(k ? map : res, &p, &c));
+        if (c) CHECK_OK(kvq_ctx_eval(c, tokens, 5, logits[k], 0));
+        kvq_ctx_free(c);
+    }
+    CHECK(!memcmp(logits[0], logits[1], sizeof(float) * (size_t)info.n_vocab));
+    free(logits[0]);
+    free(logits[1]);
+    kvq_model_free(res);
+    kvq_model_free(map);
 }
