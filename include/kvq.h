@@ -414,9 +414,10 @@ typedef struct kvq_model kvq_model;
 /* How a model holds its file while it lives.
  * RESIDENT (kvq_model_load's): read whole into memory of its own at load,
  * advised for 2 MiB pages. Decode reads every weight once a token, and
- * through huge pages it takes ~500x fewer TLB misses: 13-15% more tokens a
- * second on SmolLM2-135M (docs/PERF.md). Falls back to MAPPED where the
- * memory cannot be had.
+ * a 2 MiB page covers what 512 small ones do: 14-18% more tokens a second
+ * on SmolLM2-135M at depth 0 (docs/PERF.md). Falls back to MAPPED where the
+ * file would take more than 3/4 of MemAvailable or the memory cannot be
+ * had.
  * MAPPED: memory-mapped read-only, paged in on first use: starts at once
  * and shares its pages with the page cache, in 4 KiB pages. */
 typedef enum { KVQ_WEIGHTS_RESIDENT = 0, KVQ_WEIGHTS_MAPPED = 1 } kvq_weights_mode;

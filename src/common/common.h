@@ -53,6 +53,9 @@ void kvq_cpu_vbmi_off(int off);
 void *kvq_alloc_aligned(size_t size);
 void kvq_free_aligned(void *p);
 
+/* MemAvailable of /proc/meminfo in bytes; 0 where it does not say. */
+size_t kvq_mem_available(void);
+
 /* One block kept between calls of a hot path (attention's per-call buffers:
  * mapped, faulted and zeroed afresh they were 14% of a prefill). take
  * returns it when it holds size bytes (else frees it and allocates a new

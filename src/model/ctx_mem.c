@@ -41,18 +41,6 @@ static kvq_status kv_bytes(const kvq_model *m, const kvq_ctx_params *p, const ch
     return KVQ_OK;
 }
 
-/* MemAvailable in bytes, 0 where /proc/meminfo does not say. */
-static size_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-    fclose(f);
-    return (size_t)kib * 1024;
-}
-
 kvq_status kvq_ctx_estimate(const kvq_model *m, const kvq_ctx_params *p, kvq_mem_estimate *out) {
     KVQ_RETURN_IF(!m || !p || !out, KVQ_ERR_INVALID_ARG, "kvq_ctx_estimate: NULL argument");
     memset(out, 0, sizeof *out);
@@ -79,7 +67,11 @@ kvq_status kvq_ctx_estimate(const kvq_model *m, const kvq_ctx_params *p, kvq_mem
     out->kv_bytes = (size_t)kv;
     out->scratch_bytes = (size_t)scratch;
     out->total_bytes = out->weight_bytes + out->kv_bytes + out->scratch_bytes;
-    out->available_bytes = p->mem_limit ? p->mem_limit : mem_available();
+    /* A resident model's weights are out of MemAvailable already (a mapped
+     * one's are page cache, which it counts). */
+    out->available_bytes = p->mem_limit ? p->mem_limit
+                                        : kvq_mem_available() +
+                                              (kvq_gguf_resident(m->gguf) ? (size_t)kvq_gguf_file_size(m->gguf) : 0);
     return KVQ_OK;
 }
 

@@ -590,8 +590,11 @@ kvq_status kvq_gguf_open_file(const char *path, int resident, kvq_gguf **out) {
                         (long long)st.st_size, GGUF_HEADER_BYTES);
     }
     const size_t size = (size_t)st.st_size;
-    /* Resident where the memory can be had, else mapped as asked. */
-    void *map = resident ? map_huge(size) : NULL;
+    /* Resident where the memory can be had, else mapped: a file that would
+     * take most of the free memory is better paged in and out by the
+     * kernel than copied (and the context still needs room for its KV). */
+    const size_t avail = resident ? kvq_mem_available() : 0;
+    void *map = resident && (!avail || size <= avail / 4 * 3) ? map_huge(size) : NULL;
     if (map) {
         const kvq_status s = read_all(fd, map, size, path);
         close(fd);

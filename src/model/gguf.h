@@ -98,8 +98,9 @@ typedef struct kvq_gguf_tensor {
 
 /* kvq_gguf_open(), or with resident set the whole file read into memory of
  * its own, advised for huge pages (the model's weights: decode reads them
- * through fewer TLB entries), falling back to the mapping where that memory
- * cannot be had. The same checks either way. */
+ * through fewer TLB entries), falling back to the mapping where the file
+ * would take more than 3/4 of MemAvailable or the memory cannot be had.
+ * The same checks either way. */
 kvq_status kvq_gguf_open_file(const char *path, int resident, kvq_gguf **out);
 
 /* 1 if g holds a resident copy of its file, 0 if it maps it (or borrows). */
