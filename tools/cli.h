@@ -60,6 +60,9 @@ const char *cli_model_opts_help(void);
 int cli_model_opts_parse(cli_model_opts *o, int argc, char **argv, int *i);
 /* Loads o->model (or the default model): 1 on success, else prints why. */
 int cli_model_load(cli_model_opts *o, kvq_model **model);
+/* Loads path as o says (--mmap): 1 on success, else prints why; notes a
+ * resident load that had to map. */
+int cli_model_load_path(const cli_model_opts *o, const char *path, kvq_model **model);
 /* "K q8_0, V q4_0" or "k8v4 (K q8_0, V q4_0)". */
 const char *cli_kv_label(const cli_model_opts *o, char *buf, size_t cap);
 

@@ -116,16 +116,23 @@ missing:
     return -1;
 }
 
+int cli_model_load_path(const cli_model_opts *o, const char *path, kvq_model **model) {
+    if (kvq_model_load_with(path, o->mmap ? KVQ_WEIGHTS_MAPPED : KVQ_WEIGHTS_RESIDENT, model) != KVQ_OK) {
+        fprintf(stderr, "kvq: %s: %s\n", path, kvq_last_error());
+        return 0;
+    }
+    if (!o->mmap && kvq_model_weights_mode(*model) == KVQ_WEIGHTS_MAPPED)
+        fprintf(stderr, "kvq: note: %s is mapped, not read into memory (it would take most of the free memory):"
+                        " decode reads it through small pages, slower\n", path);
+    return 1;
+}
+
 int cli_model_load(cli_model_opts *o, kvq_model **model) {
     if (!o->model) {
         if (!cli_default_model(o->model_buf, sizeof o->model_buf)) return 0;
         o->model = o->model_buf;
     }
-    if (kvq_model_load_with(o->model, o->mmap ? KVQ_WEIGHTS_MAPPED : KVQ_WEIGHTS_RESIDENT, model) != KVQ_OK) {
-        fprintf(stderr, "kvq: %s: %s\n", o->model, kvq_last_error());
-        return 0;
-    }
-    return 1;
+    return cli_model_load_path(o, o->model, model);
 }
 
 const char *cli_kv_label(const cli_model_opts *o, char *buf, size_t cap) {

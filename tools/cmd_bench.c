@@ -1009,11 +1009,7 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     for (int m = 0; m < b.models.n; m++) {
-        if (kvq_model_load_with(b.models.v[m], b.mo.mmap ? KVQ_WEIGHTS_MAPPED : KVQ_WEIGHTS_RESIDENT, &models[m]) !=
-            KVQ_OK) {
-            fprintf(stderr, "kvq bench: %s: %s\n", b.models.v[m], kvq_last_error());
-            goto done;
-        }
+        if (!cli_model_load_path(&b.mo, b.models.v[m], &models[m])) goto done;
         describe_model(models[m], b.models.v[m], &b.meta[m]);
         if (!check_codecs(&b, b.meta[m].info.head_dim)) {
             rc = 2;
