@@ -602,6 +602,7 @@ kvq_status kvq_gguf_open_file(const char *path, int resident, kvq_gguf **out) {
             munmap(map, size);
             return s;
         }
+        mprotect(map, size, PROT_READ); /* as read-only as the mapping: a stray write faults */
         const kvq_status o = open_mapped(map, (uint64_t)size, map, out);
         if (o == KVQ_OK) (*out)->resident = 1;
         return o;

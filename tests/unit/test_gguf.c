@@ -5,8 +5,10 @@
  * naming the problem. Each open gets a buffer of exactly the file's size,
  * so a read past the end shows up under valgrind. */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/rng.h"
@@ -353,6 +355,11 @@ TEST(gguf_open_reads_a_file_and_reports_io_errors) {
     CHECK(kvq_gguf_open(NULL, &g) == KVQ_ERR_INVALID_ARG);
 }
 
+static void exit_3(int sig) {
+    (void)sig;
+    _exit(3);
+}
+
 /* A resident open reads the same bytes the mapping shows, into memory of
  * its own on a 2 MiB boundary (so that it can sit in huge pages), and
  * gives a file that fails a check the same error. */
@@ -375,6 +382,16 @@ TEST(gguf_resident_open_matches_the_mapping) {
             CHECK(!memcmp(a->data, b->data, a->n_bytes) && !memcmp(b->data, s.b.p + b->offset, b->n_bytes));
             CHECK(((uintptr_t)b->data - b->offset) % ((uintptr_t)2 << 20) == 0);
         }
+        /* Read-only as the mapping is: a write faults (in a child, whose
+         * SIGSEGV handler exits 3). */
+        const pid_t child = fork();
+        if (child == 0) {
+            signal(SIGSEGV, exit_3);
+            *(volatile uint8_t *)(uintptr_t)kvq_gguf_tensor_at(resident, 0)->data = 1;
+            _exit(0);
+        }
+        int wst = 0;
+        CHECK(child > 0 && waitpid(child, &wst, 0) == child && WIFEXITED(wst) && WEXITSTATUS(wst) == 3);
     }
     kvq_gguf_close(mapped);
     kvq_gguf_close(resident);
