@@ -63,7 +63,7 @@ static void usage(FILE *f) {
             "  -t, --threads N       threads (default: every core)\n"
             "  -b, --batch-size N    prompt tokens per forward chunk (default 256)\n"
             "  --kv-sinks N, --kv-boundary L, --kv-no-center, --kv-seed N, --kv-layout L,\n"
-            "  --int8-prefill, --float-decode\n"
+            "  --int8-prefill, --float-decode, --mmap\n"
             "                        as in `kvq run --help`\n"
             "\n"
             "The base is f16 K and V with no sinks or boundary layers; --kv-sinks,\n"
