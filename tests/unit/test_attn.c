@@ -615,6 +615,103 @@ done:
     kvq_threadpool_free(pool2);
 }
 
+/* Long contexts at the odd shapes (head_dim 32 / 96 / 160 / 256, tiles of
+ * 48 / 80 / 128 / 256 tokens, every G, 600-1100 tokens), every codec, on
+ * each integer path (a kernel that skipped the last 16 tokens of tiles of
+ * 80 passed every other attn_ test and fails here at 0.82). Over so many
+ * tokens the test data's K (4 outlier channels of 10-50x) can score a few
+ * tokens far above the rest, and there a score's error from the 8-bit
+ * query moves the output most: on such seeds the kernel erred by up to
+ * 0.27-0.53 against the decoded cache (rotor4 at d 32 / 96, q4_0 and
+ * turbo4 at d 32 T 128, iso4 at d 96 T 128 below), above INT8_BOUND_*,
+ * where the codec itself erred by 0.95-1.4 against the original KV. In a
+ * throwaway sweep of 1125 cases (15 codecs x d 32-256 x G 1, 4, 7 x T
+ * 16-256, 2 seeds; more seeds at the worst shapes) the kernel's error
+ * stayed below 0.4 x the codec's own (q8_0: 0.8 x, at <= 0.008), and here
+ * below 0.51 x (iso4/iso4 G 6 d 96 T 128: 0.53 against 1.05;
+ * `KVQ_TEST_VERBOSE=1` prints every case's share). Stated bound: the larger
+ * of the pair's INT8_BOUND and 0.75 x the codec's own error in the same
+ * metric: the kernel adds less than the cache's compression costs. */
+#define INT8_SHARE_OF_CODEC_ERROR 0.75
+
+TEST(attn_integer_kernel_long_contexts_at_odd_shapes) {
+    static const char *const pairs[][2] = {
+        {"q4_0", "q4_0"},     {"q8_0", "q8_0"},     {"iq4_nl", "iq4_nl"}, {"q4_1", "q4_1"},   {"q5_0", "q5_0"},
+        {"q5_1", "q5_1"},     {"turbo2", "turbo2"}, {"turbo3", "turbo3"}, {"turbo4", "turbo4"}, {"iso3", "iso3"},
+        {"iso4", "iso4"},     {"planar3", "planar3"}, {"planar4", "planar4"}, {"rotor3", "rotor3"}, {"rotor4", "rotor4"},
+        {"q8_0", "q4_0"},     {"rotor4", "f16"},    {"q4_0", "f16"}};
+    static const int dims[] = {32, 96, 160, 256}, tiles[] = {48, 80, 128, 256};
+    for (size_t ii = 0; ii < KVQ_ARRAY_LEN(integer_paths); ii++) {
+        const kvq_isa isa = integer_paths[ii];
+        if (!integer_kernel_on(isa)) continue;
+        int idx = 0;
+        for (size_t pi = 0; pi < KVQ_ARRAY_LEN(pairs); pi++)
+            for (int rep = 0; rep < 2; rep++, idx++) {
+                kvq_kv_params p;
+                kvq_kv_params_default(&p);
+                p.n_layer = 1;
+                p.n_kv_head = 2;
+                p.head_dim = dims[idx % 4];
+                const int v_f16 = !strcmp(pairs[pi][1], "f16");
+                /* 2- and 3-bit rotated tiles interleave at multiples of 64 dims only */
+                if (!interleavable(pairs[pi][0], p.head_dim) || (!v_f16 && !interleavable(pairs[pi][1], p.head_dim)))
+                    p.head_dim = idx % 2 ? 256 : 128;
+                p.tile_tokens = tiles[(idx / 4 + idx) % 4];
+                p.ctk = pairs[pi][0];
+                p.ctv = pairs[pi][1];
+                p.n_sinks = idx % 3 ? 4 : 0;
+                p.tile_layout = KVQ_TILES_INTERLEAVED;
+                const int G = 1 + idx % 8, H = 2, d = p.head_dim, n_head = G * H;
+                const int n = 600 + 97 * (idx % 6) + idx % 5;
+                float *k, *v;
+                kvq_test_kv_data(&p, n, 900 + (uint64_t)idx, &k, &v);
+                kvq_kv *kv = NULL;
+                CHECK_OK(kvq_kv_create(&p, &kv));
+                CHECK_OK(kvq_test_fill(kv, n, k, v, NULL));
+                CHECK(kv->layers[0].interleaved[0]);
+                float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
+                float *ko = malloc(sizeof(float) * (size_t)H * n * d), *vo = malloc(sizeof(float) * (size_t)H * n * d);
+                kvq_test_decoded(kv, 0, kd, vd);
+                for (int t = 0; t < n; t++) /* (n, H, d) -> (H, n, d) */
+                    for (int h = 0; h < H; h++)
+                        for (int i = 0; i < d; i++) {
+                            ko[((size_t)h * n + t) * d + i] = k[((size_t)t * H + h) * d + i];
+                            vo[((size_t)h * n + t) * d + i] = v[((size_t)t * H + h) * d + i];
+                        }
+                float *q = random_queries(n_head * d, 1300 + (uint64_t)idx);
+                for (int i = 0; i < n_head * d; i++) q[i] *= 0.25f;
+                float *out = malloc(sizeof(float) * (size_t)n_head * d), *ref_f = malloc(sizeof(float) * (size_t)n_head * d);
+                double *ref = malloc(sizeof(double) * (size_t)n_head * d), *ref_o = malloc(sizeof(double) * (size_t)n_head * d);
+                CHECK_OK(kvq_attn_run(kv, 0, NULL, isa, n - 1, 1, n_head, q, out));
+                const double scale = 1.0 / sqrt((double)d);
+                kvq_attn_ref(n_head, H, d, n, scale, q, kd, vd, ref);
+                kvq_attn_ref(n_head, H, d, n, scale, q, ko, vo, ref_o);
+                for (int i = 0; i < n_head * d; i++) ref_f[i] = (float)ref[i];
+                const double e = rel_err(out, ref, n_head, d), codec_e = rel_err(ref_f, ref_o, n_head, d);
+                const double b0 = int8_bound(kv->layers[0].codec[0], kv->layers[0].codec[1]);
+                const double bound = fmax(b0, INT8_SHARE_OF_CODEC_ERROR * codec_e);
+                CHECKF(e <= bound, "%s %s/%s G=%d d=%d T=%d n=%d: rel err %.3g > %.3g (the codec's own %.3g)",
+                       kvq_isa_name(isa), pairs[pi][0], pairs[pi][1], G, d, p.tile_tokens, n, e, bound, codec_e);
+                if (getenv("KVQ_TEST_VERBOSE"))
+                    printf("    %s %s/%s G=%d d=%d T=%d n=%d: %.3g (codec %.3g, share %.3f)\n", kvq_isa_name(isa),
+                           pairs[pi][0], pairs[pi][1], G, d, p.tile_tokens, n, e, codec_e, e / codec_e);
+                free(q);
+                free(out);
+                free(ref_f);
+                free(ref);
+                free(ref_o);
+                free(kd);
+                free(vd);
+                free(ko);
+                free(vo);
+                free(k);
+                free(v);
+                kvq_kv_free(kv);
+                if (kvq_test_failed()) return;
+            }
+    }
+}
+
 /* f16 V rows beside interleaved K: the integer kernel's P x V reads no row
  * past a query's causal edge. The last token's V holds Inf (f16 V takes any
  * value); the first of two queries does not see it, and p = 0 there would
