@@ -34,6 +34,12 @@ struct kvq_ctx {
  * caller validated and allocated everything first. */
 void kvq_ctx_adopt(kvq_ctx *c, kvq_kv *kv, int32_t *tokens, int n);
 
+/* kvq_ctx_estimate's available_bytes: mem_limit where set, else 0 where
+ * MemAvailable is unknown (0: nothing is checked), else MemAvailable plus
+ * the model file where it is resident (its copy is out of MemAvailable
+ * already; a mapping's pages are page cache, which MemAvailable counts). */
+size_t kvq_ctx_available_bytes(size_t mem_limit, size_t mem_available, int resident, size_t file_bytes);
+
 /* kvq_ctx_estimate's total against the available memory: KVQ_ERR_NOMEM
  * with the numbers and a codec that would fit when it does not. */
 kvq_status kvq_ctx_check_memory(const kvq_model *m, const kvq_ctx_params *p);

@@ -67,12 +67,15 @@ kvq_status kvq_ctx_estimate(const kvq_model *m, const kvq_ctx_params *p, kvq_mem
     out->kv_bytes = (size_t)kv;
     out->scratch_bytes = (size_t)scratch;
     out->total_bytes = out->weight_bytes + out->kv_bytes + out->scratch_bytes;
-    /* A resident model's weights are out of MemAvailable already (a mapped
-     * one's are page cache, which it counts). */
-    out->available_bytes = p->mem_limit ? p->mem_limit
-                                        : kvq_mem_available() +
-                                              (kvq_gguf_resident(m->gguf) ? (size_t)kvq_gguf_file_size(m->gguf) : 0);
+    out->available_bytes = kvq_ctx_available_bytes(p->mem_limit, kvq_mem_available(), kvq_gguf_resident(m->gguf),
+                                                   (size_t)kvq_gguf_file_size(m->gguf));
     return KVQ_OK;
+}
+
+size_t kvq_ctx_available_bytes(size_t mem_limit, size_t mem_available, int resident, size_t file_bytes) {
+    if (mem_limit) return mem_limit;
+    if (!mem_available) return 0; /* unknown: the file's size alone is not what is free */
+    return mem_available + (resident ? file_bytes : 0);
 }
 
 #define GIB(x) ((double)(x) / (1024.0 * 1024.0 * 1024.0))

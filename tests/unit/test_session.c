@@ -401,6 +401,21 @@ TEST(ctx_estimate_bounds_the_full_cache) {
     kvq_model_free(m);
 }
 
+/* The memory the context check compares against: mem_limit first; a
+ * resident model's file added back to MemAvailable (its copy is already
+ * out of it), a mapped one's not; and where MemAvailable is unknown,
+ * nothing to check: with the file added back to 0 every context of a
+ * resident model was refused (total > the file's size). */
+TEST(ctx_available_bytes_adds_a_resident_model_back) {
+    const size_t gib = (size_t)1 << 30, file = 300u << 20;
+    CHECK(kvq_ctx_available_bytes(0, 8 * gib, 1, file) == 8 * gib + file);
+    CHECK(kvq_ctx_available_bytes(0, 8 * gib, 0, file) == 8 * gib);
+    CHECK(kvq_ctx_available_bytes(0, 0, 1, file) == 0);
+    CHECK(kvq_ctx_available_bytes(0, 0, 0, file) == 0);
+    CHECK(kvq_ctx_available_bytes(2 * gib, 8 * gib, 1, file) == 2 * gib);
+    CHECK(kvq_ctx_available_bytes(2 * gib, 0, 1, file) == 2 * gib);
+}
+
 TEST(ctx_create_refuses_what_does_not_fit_or_is_out_of_range) {
     kvq_model *m = tiny();
     if (!m) return;
