@@ -617,8 +617,10 @@ done:
 
 /* Long contexts at the odd shapes (head_dim 32 / 96 / 160 / 256, tiles of
  * 48 / 80 / 128 / 256 tokens, every G, 600-1100 tokens), every codec, on
- * each integer path (a kernel that skipped the last 16 tokens of tiles of
- * 80 passed every other attn_ test and fails here at 0.82). Over so many
+ * each integer path: decode, and prefill over the same tiles. A decode
+ * kernel that skipped the last 16 tokens of tiles of 80 passed every other
+ * attn_ test and fails here at 0.82; a tile decode that did the same
+ * (prefill's) passed every kvstore_ test and fails here at 0.038. Over so many
  * tokens the test data's K (4 outlier channels of 10-50x) can score a few
  * tokens far above the rest, and there a score's error from the 8-bit
  * query moves the output most: on such seeds the kernel erred by up to
@@ -633,6 +635,12 @@ done:
  * of the pair's INT8_BOUND and 0.75 x the codec's own error in the same
  * metric: the kernel adds less than the cache's compression costs. */
 #define INT8_SHARE_OF_CODEC_ERROR 0.75
+/* Its prefill (float arithmetic over whole decoded tiles) against the same
+ * reference: float32 sums over n x d terms err by ~6e-8 x sqrt(n d), 3e-5
+ * at n 900, d 256, above DECODED_BOUND (set at shorter, narrower cases).
+ * Measured worst 1.9e-5 (turbo3 G 8 d 256 T 128 n 891; the portable C
+ * path errs as much there, 2.2e-5, and at T 32 alike); bound 2.5x. */
+#define LONG_PREFILL_BOUND 5e-5
 
 TEST(attn_integer_kernel_long_contexts_at_odd_shapes) {
     static const char *const pairs[][2] = {
@@ -695,6 +703,20 @@ TEST(attn_integer_kernel_long_contexts_at_odd_shapes) {
                 if (getenv("KVQ_TEST_VERBOSE"))
                     printf("    %s %s/%s G=%d d=%d T=%d n=%d: %.3g (codec %.3g, share %.3f)\n", kvq_isa_name(isa),
                            pairs[pi][0], pairs[pi][1], G, d, p.tile_tokens, n, e, codec_e, e / codec_e);
+                /* Prefill of the last 24 tokens over the same tiles (decoded whole, float
+                 * arithmetic); ko, vo serve as its scratch (the original KV is done with). */
+                const int n_q = 24;
+                float *qp = random_queries(n_q * n_head * d, 1700 + (uint64_t)idx);
+                for (int i = 0; i < n_q * n_head * d; i++) qp[i] *= 0.25f;
+                float *op = malloc(sizeof(float) * (size_t)n_q * n_head * d);
+                CHECK_OK(kvq_attn_run(kv, 0, NULL, isa, n - n_q, n_q, n_head, qp, op));
+                for (int i = 0; i < n_q && !kvq_test_failed(); i += 11) {
+                    const double ep = prefill_query_rel_err(H, d, n_head, n, n_q, i, kd, vd, qp, op, ko, vo, ref);
+                    CHECKF(ep <= LONG_PREFILL_BOUND, "%s %s/%s G=%d d=%d T=%d n=%d: prefill query %d rel err %.3g",
+                           kvq_isa_name(isa), pairs[pi][0], pairs[pi][1], G, d, p.tile_tokens, n, i, ep);
+                }
+                free(qp);
+                free(op);
                 free(q);
                 free(out);
                 free(ref_f);
