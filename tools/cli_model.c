@@ -122,8 +122,9 @@ int cli_model_load_path(const cli_model_opts *o, const char *path, kvq_model **m
         return 0;
     }
     if (!o->mmap && kvq_model_weights_mode(*model) == KVQ_WEIGHTS_MAPPED)
-        fprintf(stderr, "kvq: note: %s is mapped, not read into memory (it would take most of the free memory):"
-                        " decode reads it through small pages, slower\n", path);
+        fprintf(stderr, "kvq: note: %s is mapped, not read into memory (it would take most of the free memory,"
+                        " the free memory is unknown, or the allocation was refused): decode reads it through small"
+                        " pages, slower\n", path);
     return 1;
 }
 

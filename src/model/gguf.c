@@ -569,6 +569,28 @@ static kvq_status read_all(int fd, uint8_t *dst, size_t size, const char *path) 
     return KVQ_OK;
 }
 
+/* Moves g, parsed from its file's mapping, onto a copy of the file in
+ * memory of its own (read from fd) and unmaps the file. Where that memory
+ * cannot be had, g stays mapped (KVQ_OK); a failed read is the error. */
+static kvq_status make_resident(kvq_gguf *g, int fd, const char *path) {
+    const size_t size = (size_t)g->size;
+    uint8_t *copy = map_huge(size);
+    if (!copy) return KVQ_OK;
+    const kvq_status s = read_all(fd, copy, size, path);
+    if (s != KVQ_OK) {
+        munmap(copy, size);
+        return s;
+    }
+    mprotect(copy, size, PROT_READ); /* as read-only as the mapping: a stray write faults */
+    for (int64_t i = 0; i < g->n_tensors; i++)
+        g->tensors[i].data = copy + ((const uint8_t *)g->tensors[i].data - g->base);
+    munmap(g->map, size);
+    g->base = copy;
+    g->map = copy;
+    g->resident = 1;
+    return KVQ_OK;
+}
+
 kvq_status kvq_gguf_open_file(const char *path, int resident, kvq_gguf **out) {
     KVQ_RETURN_IF(!path || !out, KVQ_ERR_INVALID_ARG, "gguf: NULL argument");
     *out = NULL;
@@ -590,28 +612,28 @@ kvq_status kvq_gguf_open_file(const char *path, int resident, kvq_gguf **out) {
                         (long long)st.st_size, GGUF_HEADER_BYTES);
     }
     const size_t size = (size_t)st.st_size;
-    /* Resident where the memory can be had, else mapped: a file that would
-     * take most of the free memory is better paged in and out by the
-     * kernel than copied (and the context still needs room for its KV). */
-    const size_t avail = resident ? kvq_mem_available() : 0;
-    void *map = resident && (!avail || size <= avail / 4 * 3) ? map_huge(size) : NULL;
-    if (map) {
-        const kvq_status s = read_all(fd, map, size, path);
+    /* Mapped and checked first, so that a file that is not a model (or is
+     * cut short) costs no read of the whole of it. */
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        const int e = errno;
         close(fd);
-        if (s != KVQ_OK) {
-            munmap(map, size);
-            return s;
-        }
-        mprotect(map, size, PROT_READ); /* as read-only as the mapping: a stray write faults */
-        const kvq_status o = open_mapped(map, (uint64_t)size, map, out);
-        if (o == KVQ_OK) (*out)->resident = 1;
-        return o;
+        return kvq_fail(KVQ_ERR_IO, "gguf: cannot map '%s': %s", path, strerror(e));
     }
-    map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int e = errno;
+    kvq_status s = open_mapped(map, (uint64_t)size, map, out);
+    if (s == KVQ_OK && resident && kvq_gguf_resident_fits(size, kvq_mem_available())) {
+        s = make_resident(*out, fd, path);
+        if (s != KVQ_OK) {
+            kvq_gguf_close(*out);
+            *out = NULL;
+        }
+    }
     close(fd);
-    if (map == MAP_FAILED) return kvq_fail(KVQ_ERR_IO, "gguf: cannot map '%s': %s", path, strerror(e));
-    return open_mapped(map, (uint64_t)size, map, out);
+    return s;
+}
+
+int kvq_gguf_resident_fits(size_t file_bytes, size_t mem_available) {
+    return mem_available && file_bytes <= mem_available / 4 * 3;
 }
 
 kvq_status kvq_gguf_open(const char *path, kvq_gguf **out) { return kvq_gguf_open_file(path, 0, out); }

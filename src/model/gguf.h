@@ -98,10 +98,17 @@ typedef struct kvq_gguf_tensor {
 
 /* kvq_gguf_open(), or with resident set the whole file read into memory of
  * its own, advised for huge pages (the model's weights: decode reads them
- * through fewer TLB entries), falling back to the mapping where the file
- * would take more than 3/4 of MemAvailable or the memory cannot be had.
- * The same checks either way. */
+ * through fewer TLB entries), once the mapped file has passed every check;
+ * it stays mapped where kvq_gguf_resident_fits() says no or the memory
+ * cannot be had. */
 kvq_status kvq_gguf_open_file(const char *path, int resident, kvq_gguf **out);
+
+/* 1 if a file of file_bytes is read into memory with MemAvailable at
+ * mem_available: known (not 0) and at least 4/3 of the file. A file that
+ * would take most of the free memory is better paged by the kernel than
+ * copied (the context still needs room for its KV), and where the free
+ * memory is unknown (or reads 0, under pressure) mapping is the safe side. */
+int kvq_gguf_resident_fits(size_t file_bytes, size_t mem_available);
 
 /* 1 if g holds a resident copy of its file, 0 if it maps it (or borrows). */
 int kvq_gguf_resident(const kvq_gguf *g);

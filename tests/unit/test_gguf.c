@@ -404,6 +404,11 @@ TEST(gguf_resident_open_matches_the_mapping) {
     CHECK(wrote_cut);
     CHECK(cut == KVQ_ERR_FORMAT && resident == NULL);
     CHECK(kvq_gguf_open_file("/nonexistent/kvq.gguf", 1, &resident) == KVQ_ERR_IO && resident == NULL);
+    /* Read into memory only where MemAvailable is known and >= 4/3 of the
+     * file: unknown (0, also what an exhausted machine reports) maps. */
+    CHECK(kvq_gguf_resident_fits(75, 100) && !kvq_gguf_resident_fits(76, 100));
+    CHECK(!kvq_gguf_resident_fits(1, 0) && !kvq_gguf_resident_fits(0, 0));
+    CHECK(kvq_gguf_resident_fits((size_t)3 << 30, (size_t)4 << 30));
     CHECK(kvq_gguf_resident(NULL) == 0);
 }
 
