@@ -142,6 +142,19 @@ static float *random_queries(int n, uint64_t seed) {
     return q;
 }
 
+/* The original K and V (n, H, d), as the tests generate them, head-major
+ * (H, n, d) as the reference takes them; caller frees both. */
+static void head_major(const float *k, const float *v, int n, int H, int d, float **ko, float **vo) {
+    *ko = malloc(sizeof(float) * (size_t)H * n * d);
+    *vo = malloc(sizeof(float) * (size_t)H * n * d);
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < d; i++) {
+                (*ko)[((size_t)h * n + t) * d + i] = k[((size_t)t * H + h) * d + i];
+                (*vo)[((size_t)h * n + t) * d + i] = v[((size_t)t * H + h) * d + i];
+            }
+}
+
 /* Relative error of prefill query i of the last n_q (of n tokens) against
  * the float64 reference over its causal prefix of the decoded cache kd / vd
  * ((H, n, d) each); kp, vp (H * n * d floats) and ref (n_head * d) are
@@ -187,13 +200,8 @@ static void check_case(const attn_case *tc, kvq_threadpool *pool2) {
 
     float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
     kvq_test_decoded(kv, 0, kd, vd);
-    float *ko = malloc(sizeof(float) * (size_t)H * n * d), *vo = malloc(sizeof(float) * (size_t)H * n * d);
-    for (int t = 0; t < n; t++) /* (n, H, d) -> (H, n, d) */
-        for (int h = 0; h < H; h++)
-            for (int i = 0; i < d; i++) {
-                ko[((size_t)h * n + t) * d + i] = k[((size_t)t * H + h) * d + i];
-                vo[((size_t)h * n + t) * d + i] = v[((size_t)t * H + h) * d + i];
-            }
+    float *ko, *vo;
+    head_major(k, v, n, H, d, &ko, &vo);
     float *q = random_queries(n_head * d, 99 + (uint64_t)n);
     double *ref = malloc(sizeof(double) * (size_t)n_head * d);
     float *out = malloc(sizeof(float) * (size_t)n_head * d), *out2 = malloc(sizeof(float) * (size_t)n_head * d);
@@ -488,6 +496,21 @@ static int integer_kernel_on(kvq_isa isa) {
     return 0;
 }
 
+/* One layer, 2 kv heads, K / V codecs ctk / ctv in interleaved tiles of T
+ * tokens, at head_dim d where both interleave there, else at fallback_d
+ * (2- and 3-bit rotated tiles interleave at multiples of 64 dims only). */
+static void integer_case_params(kvq_kv_params *p, const char *ctk, const char *ctv, int d, int fallback_d, int T) {
+    kvq_kv_params_default(p);
+    p->n_layer = 1;
+    p->n_kv_head = 2;
+    const int v_f16 = !strcmp(ctv, "f16");
+    p->head_dim = interleavable(ctk, d) && (v_f16 || interleavable(ctv, d)) ? d : fallback_d;
+    p->tile_tokens = T;
+    p->ctk = ctk;
+    p->ctv = ctv;
+    p->tile_layout = KVQ_TILES_INTERLEAVED;
+}
+
 /* The paths with an integer kernel of their own. */
 static const kvq_isa integer_paths[] = {KVQ_ISA_AVX2, KVQ_ISA_AVX512};
 
@@ -520,19 +543,9 @@ TEST(attn_integer_kernel_every_group_head_dim_and_codec_pair) {
     for (size_t pi = 0; pi < KVQ_ARRAY_LEN(pairs); pi++)
         for (int G = 1; G <= 8; G++, idx++) {
             kvq_kv_params p;
-            kvq_kv_params_default(&p);
-            p.n_layer = 1;
-            p.n_kv_head = 2;
-            p.head_dim = dims[idx % 5];
-            /* 2- and 3-bit rotated tiles interleave only at multiples of 64 dims. */
+            integer_case_params(&p, pairs[pi][0], pairs[pi][1], dims[idx % 5], 64, tiles[idx % 3]);
             const int v_f16 = !strcmp(pairs[pi][1], "f16");
-            if (!interleavable(pairs[pi][0], p.head_dim) || (!v_f16 && !interleavable(pairs[pi][1], p.head_dim)))
-                p.head_dim = 64;
-            p.tile_tokens = tiles[idx % 3];
-            p.ctk = pairs[pi][0];
-            p.ctv = pairs[pi][1];
             p.n_sinks = idx % 2 ? 3 : 0;
-            p.tile_layout = KVQ_TILES_INTERLEAVED;
             const int H = 2, d = p.head_dim, n_head = G * H;
             const int n = p.n_sinks + p.tile_tokens * (2 + idx % 4) + (idx % 3 == 0 ? 1 : 5); /* first query inside a tile */
             float *k, *v;
@@ -656,19 +669,9 @@ TEST(attn_integer_kernel_long_contexts_at_odd_shapes) {
         for (size_t pi = 0; pi < KVQ_ARRAY_LEN(pairs); pi++)
             for (int rep = 0; rep < 2; rep++, idx++) {
                 kvq_kv_params p;
-                kvq_kv_params_default(&p);
-                p.n_layer = 1;
-                p.n_kv_head = 2;
-                p.head_dim = dims[idx % 4];
-                const int v_f16 = !strcmp(pairs[pi][1], "f16");
-                /* 2- and 3-bit rotated tiles interleave at multiples of 64 dims only */
-                if (!interleavable(pairs[pi][0], p.head_dim) || (!v_f16 && !interleavable(pairs[pi][1], p.head_dim)))
-                    p.head_dim = idx % 2 ? 256 : 128;
-                p.tile_tokens = tiles[(idx / 4 + idx) % 4];
-                p.ctk = pairs[pi][0];
-                p.ctv = pairs[pi][1];
+                integer_case_params(&p, pairs[pi][0], pairs[pi][1], dims[idx % 4], idx % 2 ? 256 : 128,
+                                    tiles[(idx / 4 + idx) % 4]);
                 p.n_sinks = idx % 3 ? 4 : 0;
-                p.tile_layout = KVQ_TILES_INTERLEAVED;
                 const int G = 1 + idx % 8, H = 2, d = p.head_dim, n_head = G * H;
                 const int n = 600 + 97 * (idx % 6) + idx % 5;
                 float *k, *v;
@@ -678,14 +681,9 @@ TEST(attn_integer_kernel_long_contexts_at_odd_shapes) {
                 CHECK_OK(kvq_test_fill(kv, n, k, v, NULL));
                 CHECK(kv->layers[0].interleaved[0]);
                 float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
-                float *ko = malloc(sizeof(float) * (size_t)H * n * d), *vo = malloc(sizeof(float) * (size_t)H * n * d);
+                float *ko, *vo;
                 kvq_test_decoded(kv, 0, kd, vd);
-                for (int t = 0; t < n; t++) /* (n, H, d) -> (H, n, d) */
-                    for (int h = 0; h < H; h++)
-                        for (int i = 0; i < d; i++) {
-                            ko[((size_t)h * n + t) * d + i] = k[((size_t)t * H + h) * d + i];
-                            vo[((size_t)h * n + t) * d + i] = v[((size_t)t * H + h) * d + i];
-                        }
+                head_major(k, v, n, H, d, &ko, &vo);
                 float *q = random_queries(n_head * d, 1300 + (uint64_t)idx);
                 for (int i = 0; i < n_head * d; i++) q[i] *= 0.25f;
                 float *out = malloc(sizeof(float) * (size_t)n_head * d), *ref_f = malloc(sizeof(float) * (size_t)n_head * d);
