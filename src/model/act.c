@@ -13,6 +13,10 @@ void kvq_swiglu(kvq_isa isa, float *g, const float *u, int64_t n) {
         kvq_swiglu_avx512(g, u, n);
         return;
     }
+    if (isa == KVQ_ISA_AVX2) {
+        kvq_swiglu_avx2(g, u, n);
+        return;
+    }
 #endif
     (void)isa;
     kvq_swiglu_ref(g, u, n);

@@ -116,7 +116,7 @@ static void linear_task(int task, int worker, void *arg) {
  * One token (decode) quantizes x once to 16-bit codes per block of 32
  * (kvq_wx16, error <= max|x_b| / 32512 per value, 256 times finer than
  * int8) where every matrix has the int16 kernel and it is fast here
- * (AVX-512 VNNI): decode is bound by reading the weights, and the integer
+ * (AVX2, AVX-512 VNNI): decode is bound by reading the weights, and the integer
  * kernel keeps up with memory where the float one did not (docs/PERF.md).
  * The float route stays where it is not fast, and with float_decode.
  * swiglu: w0, w1 are gate and up of the same shape, and y0 becomes

@@ -29,7 +29,7 @@
 #define KVQ_WQKERNELS_IF_32(kind) KVQ_WQKERNELS(w##kind)
 #define KVQ_WQKERNELS_IF_256(kind) {NULL}
 #if KVQ_HAVE_X86
-#define KVQ_WX16_SLOTS_IF_32 {kvq_wmatvec_x16_ref, kvq_wmatvec_x16_ref, kvq_wmatvec_x16_avx512}
+#define KVQ_WX16_SLOTS_IF_32 {kvq_wmatvec_x16_ref, kvq_wmatvec_x16_avx2, kvq_wmatvec_x16_avx512}
 #else
 #define KVQ_WX16_SLOTS_IF_32 {kvq_wmatvec_x16_ref, kvq_wmatvec_x16_ref, kvq_wmatvec_x16_ref}
 #endif
@@ -206,7 +206,9 @@ void kvq_wmatmul_q_by_rows(const kvq_wtype_traits *t, kvq_wmatvec_q_fn mv, const
 
 /* ------------------------------------------------------- int16 route */
 
-int kvq_wtype_x16_fast(kvq_isa isa) { return isa == KVQ_ISA_AVX512 && kvq_cpu_has_vnni(); }
+int kvq_wtype_x16_fast(kvq_isa isa) {
+    return isa == KVQ_ISA_AVX2 || (isa == KVQ_ISA_AVX512 && kvq_cpu_has_vnni());
+}
 
 void kvq_wquantize_x16_ref(const float *x, int64_t n, int8_t *h, int8_t *l, float *e, float *s) {
     for (int64_t b = 0; b < n / 32; b++) {
@@ -240,6 +242,7 @@ kvq_wx16 kvq_wtype_prep_x16(kvq_isa isa, const float *x, int64_t n, void *scratc
     float *e = (float *)(l + pad), *s = e + pad / 32;
 #if KVQ_HAVE_X86
     if (isa == KVQ_ISA_AVX512) kvq_wquantize_x16_avx512(x, n, h, l, e, s);
+    else if (isa == KVQ_ISA_AVX2) kvq_wquantize_x16_avx2(x, n, h, l, e, s);
     else kvq_wquantize_x16_ref(x, n, h, l, e, s);
 #else
     (void)isa;

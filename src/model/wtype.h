@@ -144,8 +144,9 @@ struct kvq_wtype_traits {
     /* Integer route: both NULL for float-x types, else never NULL. */
     kvq_wmatvec_q_fn matvec_q[KVQ_ISA_COUNT];
     kvq_wmatmul_q_fn matmul_q[KVQ_ISA_COUNT];
-    /* Int16 route (kvq_wx16), the same types; NULL for the others. Only
-     * the AVX-512 slot on a VNNI CPU is fast (kvq_wtype_x16_fast). */
+    /* Int16 route (kvq_wx16), the same types; NULL for the others. The
+     * AVX2 slot and the AVX-512 slot on a VNNI CPU are fast
+     * (kvq_wtype_x16_fast); AVX-512 without VNNI runs the reference. */
     kvq_wmatvec_x16_fn matvec_x16[KVQ_ISA_COUNT];
 };
 
@@ -182,8 +183,8 @@ kvq_wxq kvq_wtype_prep_x(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, 
 kvq_wxq kvq_wtype_prep_x_range(kvq_isa isa, const float *x, int64_t n_tok, int64_t n, int64_t t0,
                                int64_t t1, void *scratch);
 
-/* 1 if the int16 matvec at this ISA is a SIMD kernel (AVX-512 with VNNI),
- * not the reference that fills the other slots. */
+/* 1 if the int16 matvec at this ISA is a SIMD kernel (AVX2, or AVX-512
+ * with VNNI), not the reference that fills the other slots. */
 int kvq_wtype_x16_fast(kvq_isa isa);
 
 /* Scratch bytes kvq_wtype_prep_x16 needs for n values (a multiple of 32). */
@@ -225,12 +226,14 @@ void kvq_wquantize_x_avx512(const float *x, int64_t n, int8_t *q, float *d, floa
                              int64_t r1, float *y, int64_t ldy);
 /* h, l, e, s of the n / 32 blocks of x (natural order only). */
 void kvq_wquantize_x16_ref(const float *x, int64_t n, int8_t *h, int8_t *l, float *e, float *s);
+void kvq_wquantize_x16_avx2(const float *x, int64_t n, int8_t *h, int8_t *l, float *e, float *s);
 void kvq_wquantize_x16_avx512(const float *x, int64_t n, int8_t *h, int8_t *l, float *e, float *s);
 
 #define KVQ_WX16_DECL(isa)                                                                   \
     void kvq_wmatvec_x16_##isa(const kvq_wtype_traits *t, const void *w, size_t row_bytes,   \
                                const kvq_wx16 *xs, int64_t n, int64_t r0, int64_t r1, float *y);
 KVQ_WX16_DECL(ref)
+KVQ_WX16_DECL(avx2)
 KVQ_WX16_DECL(avx512)
 KVQ_WX16_DECL(avx512vnni)
 #undef KVQ_WX16_DECL

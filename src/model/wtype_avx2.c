@@ -78,11 +78,15 @@ KVQ_TARGET_AVX2 static inline __m256i nib32(const uint8_t *qs) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(15));
 }
 
-/* Adds 16 to code j where bit j of the 32-bit qh is set. */
-KVQ_TARGET_AVX2 static inline __m256i with_bit4_32(__m256i u, const uint8_t *qh) {
-    uint32_t h;
-    memcpy(&h, qh, 4);
-    /* Byte j gets qh's byte j / 8; OR-ing every bit but j % 8 and comparing
+KVQ_TARGET_AVX2 static inline uint32_t load_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Adds 16 to code j where bit j of h is set. */
+KVQ_TARGET_AVX2 static inline __m256i with_bit4_32(__m256i u, uint32_t h) {
+    /* Byte j gets h's byte j / 8; OR-ing every bit but j % 8 and comparing
      * with all-ones isolates bit j. */
     const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
                                               _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
@@ -104,10 +108,10 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void byte_codes(__m256i c, __m256i u[4]
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q4_0(const uint8_t *b, __m256i u[4]) { nib_codes(b + 2, u); }
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q4_1(const uint8_t *b, __m256i u[4]) { nib_codes(b + 4, u); }
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q5_0(const uint8_t *b, __m256i u[4]) {
-    byte_codes(with_bit4_32(nib32(b + 6), b + 2), u);
+    byte_codes(with_bit4_32(nib32(b + 6), load_u32(b + 2)), u);
 }
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q5_1(const uint8_t *b, __m256i u[4]) {
-    byte_codes(with_bit4_32(nib32(b + 8), b + 4), u);
+    byte_codes(with_bit4_32(nib32(b + 8), load_u32(b + 4)), u);
 }
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void fcodes_Q8_0(const uint8_t *b, __m256i u[4]) {
     for (int q = 0; q < 4; q++) u[q] = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + 8 * q)));
@@ -301,45 +305,63 @@ KVQ_TARGET_AVX2 static inline int hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-KVQ_TARGET_AVX2 void kvq_wquantize_x_avx2(const float *x, int64_t n, int8_t *q, float *d, float *s) {
+/* Loads the block of 32 values at xb into v and returns max |x|. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float load_block_amax(const float *xb, __m256 v[4]) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(xb + 8 * j);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* 32 int32 values in [-127, 127] as bytes in order. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i pack_i8(const __m256i i32[4]) {
+    /* The packs interleave 128-bit lanes; the permute restores order. */
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+KVQ_TARGET_AVX2 void kvq_wquantize_x_avx2(const float *x, int64_t n, int8_t *q, float *d, float *s) {
     for (int64_t b = 0; b < n / 32; b++) {
         __m256 v[4];
-        __m256 m = _mm256_setzero_ps();
-        for (int j = 0; j < 4; j++) {
-            v[j] = _mm256_loadu_ps(x + 32 * b + 8 * j);
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
-        }
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float db = _mm_cvtss_f32(h) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        const float db = load_block_amax(x + 32 * b, v) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
         __m256i i32[4];
         for (int j = 0; j < 4; j++)
             i32[j] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[j], _mm256_set1_ps(id)),
                                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        /* The packs interleave 128-bit lanes; the permute restores order. */
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i32[0], i32[1]), _mm256_packs_epi32(i32[2], i32[3]));
-        _mm256_storeu_si256((__m256i *)(q + 32 * b),
-                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b), pack_i8(i32));
         d[b] = db;
         s[b] = db * (float)hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i32[0], i32[1]), _mm256_add_epi32(i32[2], i32[3])));
     }
 }
 
-KVQ_TARGET_AVX2 static inline __m256i codes_Q4_0(const uint8_t *b, __m256i *xv) { (void)xv; return nib32(b + 2); }
-KVQ_TARGET_AVX2 static inline __m256i codes_Q4_1(const uint8_t *b, __m256i *xv) { (void)xv; return nib32(b + 4); }
-KVQ_TARGET_AVX2 static inline __m256i codes_Q5_0(const uint8_t *b, __m256i *xv) {
-    (void)xv;
-    return with_bit4_32(nib32(b + 6), b + 2);
+/* The block's 32 codes u as bytes [values 0-15 | 16-31]; q8_0 gives |w|
+ * and moves w's signs onto the x vectors (xb NULL for one plane). */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i codes_Q4_0(const uint8_t *b, __m256i *xa, __m256i *xb) {
+    (void)xa, (void)xb;
+    return nib32(b + 2);
 }
-KVQ_TARGET_AVX2 static inline __m256i codes_Q5_1(const uint8_t *b, __m256i *xv) {
-    (void)xv;
-    return with_bit4_32(nib32(b + 8), b + 4);
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i codes_Q4_1(const uint8_t *b, __m256i *xa, __m256i *xb) {
+    (void)xa, (void)xb;
+    return nib32(b + 4);
 }
-KVQ_TARGET_AVX2 static inline __m256i codes_Q8_0(const uint8_t *b, __m256i *xv) {
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i codes_Q5_0(const uint8_t *b, __m256i *xa, __m256i *xb) {
+    (void)xa, (void)xb;
+    return with_bit4_32(nib32(b + 6), load_u32(b + 2));
+}
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i codes_Q5_1(const uint8_t *b, __m256i *xa, __m256i *xb) {
+    (void)xa, (void)xb;
+    return with_bit4_32(nib32(b + 8), load_u32(b + 4));
+}
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i codes_Q8_0(const uint8_t *b, __m256i *xa, __m256i *xb) {
     const __m256i w = _mm256_loadu_si256((const __m256i *)(b + 2));
-    *xv = _mm256_sign_epi8(*xv, w);
+    *xa = _mm256_sign_epi8(*xa, w);
+    if (xb) *xb = _mm256_sign_epi8(*xb, w);
     return _mm256_abs_epi8(w);
 }
 #define off_Q4_0(blk, dw) (-8.0f * (dw))
@@ -352,7 +374,7 @@ KVQ_TARGET_AVX2 static inline __m256i codes_Q8_0(const uint8_t *b, __m256i *xv) 
     KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 mvq_step_##ID(const uint8_t *blk, const kvq_wxq *xq, \
                                                                   int64_t i, __m256 acc, float *off) { \
         __m256i xv = _mm256_loadu_si256((const __m256i *)(xq->q + 32 * i));                       \
-        const __m256i u = codes_##ID(blk, &xv);                                                   \
+        const __m256i u = codes_##ID(blk, &xv, NULL);                                                   \
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), _mm256_set1_epi16(1));  \
         const float dw = _cvtsh_ss(kvq_load_u16(blk));                                            \
         *off += off_##ID(blk, dw) * xq->s[i];                                                     \
@@ -395,5 +417,142 @@ KVQ_TARGET_AVX2 void kvq_wmatvec_q_avx2(const kvq_wtype_traits *t, const void *w
 void kvq_wmatmul_q_avx2(const kvq_wtype_traits *t, const void *w, size_t row_bytes, const kvq_wxq *xq,
                         int64_t n_tok, int64_t n, int64_t r0, int64_t r1, float *y, int64_t ldy) {
     kvq_wmatmul_q_by_rows(t, kvq_wmatvec_q_avx2, w, row_bytes, xq, n_tok, n, r0, r1, y, ldy);
+}
+/* ------------------------------------------------------- int16 route
+ * x as two int8 planes per block (kvq_wx16: x ~ e (256 h + l)), natural
+ * order. Per block the codes meet both planes through vpmaddubsw (|u| <=
+ * 128, |h|, |l| <= 127: no saturation) and vpmaddwd by 256 and by 1, so
+ * the 16-bit product u . (256 h + l) is exact in int32; then one
+ * conversion and one FMA with the block's d e, as the int8 route. Where
+ * the float route converts and multiplies every value (4 conversions and
+ * 4 FMAs a block), this takes 2 vpmaddubsw and 2 vpmaddwd. Rows are
+ * fetched X16_PREFETCH bytes ahead as each starts (wtype_avx512.c). */
+#define X16_PREFETCH 3072
+
+KVQ_TARGET_AVX2 void kvq_wquantize_x16_avx2(const float *x, int64_t n, int8_t *h, int8_t *l, float *e, float *s) {
+    const __m256 hi_lim = _mm256_set1_ps(127.0f), lo_lim = _mm256_set1_ps(-127.0f);
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m256 v[4];
+        const float db = load_block_amax(x + 32 * b, v) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        const float eb = db / 256.0f;
+        const __m256 vd = _mm256_set1_ps(db), vid = _mm256_set1_ps(id), vie = _mm256_set1_ps(id * 256.0f);
+        __m256i hi[4], li[4], acc = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256 hv = _mm256_round_ps(_mm256_mul_ps(v[j], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m256 lv = _mm256_mul_ps(_mm256_sub_ps(v[j], _mm256_mul_ps(vd, hv)), vie);
+            lv = _mm256_round_ps(lv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            lv = _mm256_min_ps(_mm256_max_ps(lv, lo_lim), hi_lim);
+            hi[j] = _mm256_cvtps_epi32(hv), li[j] = _mm256_cvtps_epi32(lv);
+            acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_slli_epi32(hi[j], 8), li[j]));
+        }
+        _mm256_storeu_si256((__m256i *)(h + 32 * b), pack_i8(hi));
+        _mm256_storeu_si256((__m256i *)(l + 32 * b), pack_i8(li));
+        e[b] = eb;
+        s[b] = eb * (float)hsum_i32(acc);
+    }
+}
+
+
+/* q4/q5 rows go in pairs of blocks against x's g layout (kvq_wx16):
+ * one load of each block's 16 code bytes and one mask and shift give
+ * [values 0-15 of both | 16-31 of both], which meet x's h and l halves
+ * laid out the same way; lanes 0-3 then hold the first block's integer
+ * sums, 4-7 the second's, and its d (and m) are spread over the lanes to
+ * meet x's per-lane e and s / 4. p1 is p0 again for a last odd block
+ * (x's zero block pairs with it). */
+#define KVQ_WX16_PAIR(ID, QS, QH, C)                                                              \
+    KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 x16_pair_##ID(const uint8_t *p0, const uint8_t *p1, \
+                                                                  const uint8_t *xg, __m256 acc) { \
+        const __m256i v = _mm256_inserti128_si256(                                                \
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p0 + (QS)))),                \
+            _mm_loadu_si128((const __m128i *)(p1 + (QS))), 1);                                    \
+        const __m256i m4 = _mm256_set1_epi8(15);                                                  \
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4); \
+        if (QH) {                                                                                 \
+            const uint32_t h0 = load_u32(p0 + (QH)), h1 = load_u32(p1 + (QH));                    \
+            lo = with_bit4_32(lo, (h0 & 0xFFFFu) | (h1 << 16));                                   \
+            hi = with_bit4_32(hi, (h0 >> 16) | (h1 & 0xFFFF0000u));                               \
+        }                                                                                         \
+        const __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)xg)), \
+                                            _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(xg + 64)))); \
+        const __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_load_si256((const __m256i *)(xg + 128))), \
+                                            _mm256_maddubs_epi16(hi, _mm256_load_si256((const __m256i *)(xg + 192)))); \
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(ph, _mm256_set1_epi16(256)), \
+                                                             _mm256_madd_epi16(pl, _mm256_set1_epi16(1)))); \
+        const __m256 e = _mm256_load_ps((const float *)(xg + 256)), s = _mm256_load_ps((const float *)(xg + 320)); \
+        if (C) {                                                                                  \
+            const __m128i dd = _mm_cvtsi32_si128((int)(kvq_load_u16(p0) | (uint32_t)kvq_load_u16(p1) << 16)); \
+            const __m256 d = _mm256_cvtph_ps(_mm_shuffle_epi8(dd, _mm_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3))); \
+            return _mm256_fmadd_ps(d, _mm256_fmadd_ps(f, e, _mm256_mul_ps(_mm256_set1_ps(C), s)), acc); \
+        }                                                                                         \
+        const __m256 dm = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_setr_epi32((int)load_u32(p0), (int)load_u32(p1), 0, 0))); \
+        const __m256 d = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2));  \
+        const __m256 m = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3));  \
+        return _mm256_fmadd_ps(m, s, _mm256_fmadd_ps(d, _mm256_mul_ps(f, e), acc));                \
+    }                                                                                             \
+    KVQ_TARGET_AVX2 static void mvx16_##ID(const void *w, size_t rb, const kvq_wx16 *xs, int64_t n, \
+                                           int64_t r0, int64_t r1, float *y) {                    \
+        const int64_t nb = n / 32, bytes = (int64_t)(rb / (size_t)nb);                            \
+        for (int64_t r = r0; r < r1; r++) {                                                       \
+            const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;                             \
+            for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)row + X16_PREFETCH + o, _MM_HINT_T0); \
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                       \
+            int64_t i = 0;                                                                        \
+            for (; i + 4 <= nb; i += 4) {                                                         \
+                const uint8_t *p = row + i * bytes;                                               \
+                acc0 = x16_pair_##ID(p, p + bytes, xs->g + 96 * i, acc0);                        \
+                acc1 = x16_pair_##ID(p + 2 * bytes, p + 3 * bytes, xs->g + 96 * i + 32, acc1);   \
+            }                                                                                     \
+            for (; i < nb; i += 2) {                                                              \
+                const uint8_t *p = row + i * bytes;                                               \
+                acc0 = x16_pair_##ID(p, i + 1 < nb ? p + bytes : p, xs->g + 384 * (i / 4) + 32 * (i / 2 % 2), acc0); \
+            }                                                                                     \
+            y[r - r0] = hsum(_mm256_add_ps(acc0, acc1));                                          \
+        }                                                                                         \
+    }
+KVQ_WX16_PAIR(Q4_0, 2, 0, -8.0f)
+KVQ_WX16_PAIR(Q4_1, 4, 0, 0.0f)
+KVQ_WX16_PAIR(Q5_0, 6, 2, -16.0f)
+KVQ_WX16_PAIR(Q5_1, 8, 4, 0.0f)
+#undef KVQ_WX16_PAIR
+
+/* q8_0 block by block (x's natural-order planes): |w| against x with w's
+ * signs (codes_Q8_0), no offset term. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 x16_block_Q8_0(const uint8_t *blk, const kvq_wx16 *xs, int64_t i,
+                                                               __m256 acc) {
+    __m256i hv = _mm256_loadu_si256((const __m256i *)(xs->h + 32 * i));
+    __m256i lv = _mm256_loadu_si256((const __m256i *)(xs->l + 32 * i));
+    const __m256i u = codes_Q8_0(blk, &hv, &lv);
+    const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, hv), _mm256_set1_epi16(256)),
+                                       _mm256_madd_epi16(_mm256_maddubs_epi16(u, lv), _mm256_set1_epi16(1)));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_cvtsh_ss(kvq_load_u16(blk)) * xs->e[i]), acc);
+}
+
+KVQ_TARGET_AVX2 static void mvx16_Q8_0(const void *w, size_t rb, const kvq_wx16 *xs, int64_t n, int64_t r0,
+                                       int64_t r1, float *y) {
+    const int64_t nb = n / 32;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;
+        for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)row + X16_PREFETCH + o, _MM_HINT_T0);
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+        int64_t i = 0;
+        for (; i + 2 <= nb; i += 2) {
+            acc0 = x16_block_Q8_0(row + 34 * i, xs, i, acc0);
+            acc1 = x16_block_Q8_0(row + 34 * (i + 1), xs, i + 1, acc1);
+        }
+        if (i < nb) acc0 = x16_block_Q8_0(row + 34 * i, xs, i, acc0);
+        y[r - r0] = hsum(_mm256_add_ps(acc0, acc1));
+    }
+}
+
+KVQ_TARGET_AVX2 void kvq_wmatvec_x16_avx2(const kvq_wtype_traits *t, const void *w, size_t row_bytes,
+                                          const kvq_wx16 *xs, int64_t n, int64_t r0, int64_t r1, float *y) {
+    switch (t->type) {
+    case KVQ_WTYPE_Q4_0: mvx16_Q4_0(w, row_bytes, xs, n, r0, r1, y); break;
+    case KVQ_WTYPE_Q4_1: mvx16_Q4_1(w, row_bytes, xs, n, r0, r1, y); break;
+    case KVQ_WTYPE_Q5_0: mvx16_Q5_0(w, row_bytes, xs, n, r0, r1, y); break;
+    case KVQ_WTYPE_Q5_1: mvx16_Q5_1(w, row_bytes, xs, n, r0, r1, y); break;
+    case KVQ_WTYPE_Q8_0: mvx16_Q8_0(w, row_bytes, xs, n, r0, r1, y); break;
+    }
 }
 #endif
