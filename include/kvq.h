@@ -211,13 +211,14 @@ typedef struct kvq_kv_params {
     int tile_layout;        /* KVQ_TILES_*: how q4_0 / q8_0 tiles are laid out */
 } kvq_kv_params;
 
-/* Tile layouts. Layers whose K and V codecs are both q4_0 or q8_0 (any mix)
- * can store their tiles interleaved (tokens or dims as vector lanes), which
- * the integer (AVX512-VNNI) attention kernel reads; the bytes are the same.
- * Its scores and P x V round the query and the softmax weights to 8 bits
- * (docs/ATTN_PROTO.md states the error). */
+/* Tile layouts. A side whose codec is a ggml block kind or a rotated one
+ * (without QJL) can store its tiles interleaved (tokens or dims as vector
+ * lanes), which the integer attention kernels (AVX512-VNNI, AVX2) read; the
+ * bytes are the same. Their scores and P x V round the query and the
+ * softmax weights to 8 bits (AVX2: up to 15 for some kinds; docs/PERF.md
+ * and docs/ATTN_PROTO.md state the error). */
 enum {
-    KVQ_TILES_AUTO = 0,    /* interleaved where the default ISA path has VNNI (and tile_tokens % 16 == 0) */
+    KVQ_TILES_AUTO = 0,    /* interleaved where the default ISA path is AVX2 or better (and tile_tokens % 16 == 0) */
     KVQ_TILES_ROWS,        /* always codec rows: float kernels */
     KVQ_TILES_INTERLEAVED  /* interleaved where the codecs and tile_tokens allow, on any ISA */
 };
@@ -477,14 +478,15 @@ typedef struct kvq_ctx_params {
     int boundary_layers;  /* first and last L layers use q8_0 */
     int centering;        /* per-channel mean removal for quantized codecs */
     uint64_t seed;        /* rotation seed of rotated codecs */
-    int kv_tile_layout;   /* KVQ_TILES_* of the store (0: auto, the integer kernel
-                             where the CPU has AVX512-VNNI) */
+    int kv_tile_layout;   /* KVQ_TILES_* of the store (0: auto, interleaved tiles
+                             for the integer kernels where the CPU has AVX2 or
+                             better) */
     int int8_prefill;     /* 1: prompt chunks quantize activations to int8 blocks
                              (faster prefill, logits move; see docs/PERF.md);
                              0: float activations in prompt chunks */
     int float_decode;     /* 1: decode matvecs on float activations; 0: on 16-bit
                              integer codes per block of 32 where the CPU has a fast
-                             kernel (AVX-512 VNNI; error <= max|x_b| / 32512) */
+                             kernel (AVX2, AVX-512 VNNI; error <= max|x_b| / 32512) */
     size_t mem_limit;     /* bytes the context may plan for (weights + KV + scratch);
                              0 = MemAvailable from /proc/meminfo (no check where unknown) */
 } kvq_ctx_params;

@@ -35,7 +35,8 @@ const char *cli_model_opts_help(void) {
            "  --int8-prefill        int8 activations in prompt matmuls, as ggml does:\n"
            "                        faster prompts, logits move (default: float)\n"
            "  --float-decode        float activations in decode matvecs (default: 16-bit\n"
-           "                        integer codes per block of 32 on AVX-512 VNNI CPUs)\n"
+           "                        integer codes per block of 32 on AVX2 and AVX-512\n"
+           "                        VNNI CPUs)\n"
            "  --mmap                map the model file instead of reading it into memory\n"
            "                        in huge pages: starts at once and shares the page\n"
            "                        cache, but decodes ~13% slower at depth 0 (4 KiB pages)\n";

@@ -4,11 +4,14 @@
  * or one tensor's type changed. Each must fail with a message naming the
  * key, tensor or value, and nothing may be read out of bounds (the buffer
  * is exactly the file's size, for ASan). And the file read into memory
- * (the default) or mapped gives the same logits. */
+ * (the default) or mapped gives the same logits, and decode's int16 route
+ * the float route's within its rounding. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
+#include "model/wtype.h"
 #include "test.h"
 
 #define TINY_MODEL "tests/data/tiny-llama.gguf"
@@ -150,4 +153,50 @@ TEST(model_load_resident_and_mapped_agree) {
     free(logits[1]);
     kvq_model_free(res);
     kvq_model_free(map);
+}
+
+/* Decode's int16 route (x quantized to 16-bit codes per block of 32, the
+ * default where kvq_wtype_x16_fast) against the float route
+ * (float_decode): each matvec moves by at most max|x_b| / 32512 per value
+ * (model/wtype.h), so three decode steps after a prompt must give nearly
+ * the same logits; where the route is fast they must not be the same bits
+ * (the route was taken). */
+TEST(decode_int16_route_agrees_with_float_route) {
+    kvq_model *m = NULL;
+    CHECKF(kvq_model_load(TINY_MODEL, &m) == KVQ_OK, "%s (run from the repo root)", TINY_MODEL);
+    if (!m) return;
+    kvq_model_info info;
+    kvq_model_get_info(m, &info);
+    const int32_t prompt[4] = {1, 17, 5, 42}, next[3] = {9, 3, 77};
+    float *logits[2][3];
+    for (int route = 0; route < 2; route++) {
+        kvq_ctx_params p;
+        kvq_ctx_params_default(&p);
+        p.n_ctx = 16;
+        p.n_threads = 2;
+        p.float_decode = route;
+        kvq_ctx *c = NULL;
+        CHECK_OK(kvq_ctx_create(m, &p, &c));
+        if (c) CHECK_OK(kvq_ctx_eval(c, prompt, 4, NULL, 0));
+        for (int s = 0; s < 3; s++) {
+            logits[route][s] = calloc((size_t)info.n_vocab, sizeof(float));
+            if (c) CHECK_OK(kvq_ctx_eval(c, &next[s], 1, logits[route][s], 0));
+        }
+        kvq_ctx_free(c);
+    }
+    int same = 1;
+    for (int s = 0; s < 3; s++) {
+        double amax = 0, dmax = 0;
+        for (int i = 0; i < info.n_vocab; i++) {
+            amax = fmax(amax, fabs(logits[1][s][i]));
+            dmax = fmax(dmax, fabs((double)logits[0][s][i] - logits[1][s][i]));
+        }
+        CHECKF(amax > 0 && dmax <= 1e-3 * amax, "step %d: int16 route off the float one by %g (max |logit| %g)", s,
+               dmax, amax);
+        same &= !memcmp(logits[0][s], logits[1][s], sizeof(float) * (size_t)info.n_vocab);
+        free(logits[0][s]);
+        free(logits[1][s]);
+    }
+    CHECK(same == !kvq_wtype_x16_fast(kvq_isa_default()));
+    kvq_model_free(m);
 }
