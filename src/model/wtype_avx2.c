@@ -460,7 +460,7 @@ KVQ_TARGET_AVX2 void kvq_wquantize_x16_avx2(const float *x, int64_t n, int8_t *h
  * sums, 4-7 the second's, and its d (and m) are spread over the lanes to
  * meet x's per-lane e and s / 4. p1 is p0 again for a last odd block
  * (x's zero block pairs with it). */
-#define KVQ_WX16_PAIR(ID, QS, QH, C)                                                              \
+#define KVQ_WX16_PAIR(ID, BYTES, QS, QH, C)                                                              \
     KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 x16_pair_##ID(const uint8_t *p0, const uint8_t *p1, \
                                                                   const uint8_t *xg, __m256 acc) { \
         const __m256i v = _mm256_inserti128_si256(                                                \
@@ -492,7 +492,7 @@ KVQ_TARGET_AVX2 void kvq_wquantize_x16_avx2(const float *x, int64_t n, int8_t *h
     }                                                                                             \
     KVQ_TARGET_AVX2 static void mvx16_##ID(const void *w, size_t rb, const kvq_wx16 *xs, int64_t n, \
                                            int64_t r0, int64_t r1, float *y) {                    \
-        const int64_t nb = n / 32, bytes = (int64_t)(rb / (size_t)nb);                            \
+        const int64_t nb = n / 32, bytes = (BYTES);                                               \
         for (int64_t r = r0; r < r1; r++) {                                                       \
             const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;                             \
             for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)row + X16_PREFETCH + o, _MM_HINT_T0); \
@@ -510,10 +510,10 @@ KVQ_TARGET_AVX2 void kvq_wquantize_x16_avx2(const float *x, int64_t n, int8_t *h
             y[r - r0] = hsum(_mm256_add_ps(acc0, acc1));                                          \
         }                                                                                         \
     }
-KVQ_WX16_PAIR(Q4_0, 2, 0, -8.0f)
-KVQ_WX16_PAIR(Q4_1, 4, 0, 0.0f)
-KVQ_WX16_PAIR(Q5_0, 6, 2, -16.0f)
-KVQ_WX16_PAIR(Q5_1, 8, 4, 0.0f)
+KVQ_WX16_PAIR(Q4_0, 18, 2, 0, -8.0f)
+KVQ_WX16_PAIR(Q4_1, 20, 4, 0, 0.0f)
+KVQ_WX16_PAIR(Q5_0, 22, 6, 2, -16.0f)
+KVQ_WX16_PAIR(Q5_1, 24, 8, 4, 0.0f)
 #undef KVQ_WX16_PAIR
 
 /* q8_0 block by block (x's natural-order planes): |w| against x with w's
