@@ -4,11 +4,13 @@
 # A benchmark tool only; nothing in the product or CI uses it.
 #
 # The build is llama.cpp's fastest for this CPU class (docs/PEERS.md):
-# GGML_NATIVE=OFF with AVX2/AVX-512 F/BW/DQ/VL/VBMI/VNNI/BF16 named one by
+# GGML_NATIVE=OFF with the x86 extensions this CPU has (/proc/cpuinfo:
+# AVX2, and AVX-512 F/VBMI/VNNI/BF16 or AVX-VNNI where present) named one by
 # one. ggml has no switch for AVX512-FP16 and adds -mavx512fp16 only with
 # -march=native, so __AVX512FP16__ stays undefined and ggml's f16 code takes
 # its F16C conversion path, which is faster on AVX512-FP16 CPUs than the
-# native build's FP16 path.
+# native build's FP16 path. (Naming AVX-512 on a CPU without it would
+# build a library that dies of an illegal instruction.)
 #
 #   KVQ_PEER_VENV     venv folder (default: .venv-peer in the repository)
 #   KVQ_PEER_VERSION  llama-cpp-python version (default below)
@@ -19,7 +21,15 @@ set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV=${KVQ_PEER_VENV:-$ROOT/.venv-peer}
 VERSION=${KVQ_PEER_VERSION:-0.3.36}
-CMAKE=${KVQ_PEER_CMAKE:-"-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_OPENMP=ON -DLLAVA_BUILD=OFF"}
+# Each ggml option whose cpuinfo flag this CPU lists.
+cpu_options() {
+    flags=" $(grep -m 1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+    for pair in avx2:AVX2 bmi2:BMI2 fma:FMA f16c:F16C avx_vnni:AVX_VNNI avx512f:AVX512 \
+        avx512_vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do
+        case $flags in *" ${pair%%:*} "*) printf ' -DGGML_%s=ON' "${pair#*:}" ;; esac
+    done
+}
+CMAKE=${KVQ_PEER_CMAKE:-"-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON$(cpu_options) -DGGML_OPENMP=ON -DLLAVA_BUILD=OFF"}
 STAMP=$VENV/kvq-peer-build.txt
 WANT="llama-cpp-python==$VERSION CMAKE_ARGS=$CMAKE"
 
