@@ -374,7 +374,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i codes_Q8_0(const uint8_t *b, __
     KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 mvq_step_##ID(const uint8_t *blk, const kvq_wxq *xq, \
                                                                   int64_t i, __m256 acc, float *off) { \
         __m256i xv = _mm256_loadu_si256((const __m256i *)(xq->q + 32 * i));                       \
-        const __m256i u = codes_##ID(blk, &xv, NULL);                                                   \
+        const __m256i u = codes_##ID(blk, &xv, NULL);                                             \
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), _mm256_set1_epi16(1));  \
         const float dw = _cvtsh_ss(kvq_load_u16(blk));                                            \
         *off += off_##ID(blk, dw) * xq->s[i];                                                     \
@@ -425,7 +425,7 @@ void kvq_wmatmul_q_avx2(const kvq_wtype_traits *t, const void *w, size_t row_byt
  * the 16-bit product u . (256 h + l) is exact in int32; then one
  * conversion and one FMA with the block's d e, as the int8 route. Where
  * the float route converts and multiplies every value (4 conversions and
- * 4 FMAs a block), this takes 2 vpmaddubsw and 2 vpmaddwd. Rows are
+ * 4 FMAs a block), this takes 2 vpmaddubsw and 1-2 vpmaddwd. Rows are
  * fetched X16_PREFETCH bytes ahead as each starts (wtype_avx512.c). */
 #define X16_PREFETCH 3072
 
@@ -451,7 +451,6 @@ KVQ_TARGET_AVX2 void kvq_wquantize_x16_avx2(const float *x, int64_t n, int8_t *h
         s[b] = eb * (float)hsum_i32(acc);
     }
 }
-
 
 /* q4/q5 rows go in pairs of blocks against x's g layout (kvq_wx16):
  * one load of each block's 16 code bytes and one mask and shift give
