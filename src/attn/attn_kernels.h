@@ -17,9 +17,11 @@ enum { KVQ_ROWS_F32, KVQ_ROWS_F16, KVQ_ROWS_BF16, KVQ_ROWS_COUNT };
 /* Online-softmax attention of G <= KVQ_ATTN_MAX_G query heads over n rows
  * (1 <= n <= KVQ_KV_MAX_TILE) of one tile. q: (G, head_dim), prepared
  * (scaled, in the K domain); k, v: (n, head_dim) of the row kind. Updates the
- * running max m (G), sum l (G) and accumulator acc (G, head_dim). */
-typedef void (*kvq_attn_tile_fn)(int G, int d, int n, const float *q, const void *k, const void *v, float *m,
-                                 float *l, float *acc);
+ * running max m (G), sum l (G) and accumulator acc (G, head_dim).
+ * k_next, v_next: rows of a later tile of the same streams (at least n of
+ * them), prefetched while these are read; or NULL. */
+typedef void (*kvq_attn_tile_fn)(int G, int d, int n, const float *q, const void *k, const void *v,
+                                 const void *k_next, const void *v_next, float *m, float *l, float *acc);
 
 /* Row formats the fused kernel reads in place, dequantizing in registers:
  * one per codec layout (kvq_attn_rows_fmt maps a codec to its format). */
@@ -159,22 +161,22 @@ void kvq_attn_rows_pv_f16_avx2(int G, int d, int n, int np, const float *p, cons
 /* The kernels of a path (the next lower one where a path lacks a kernel). */
 void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out);
 
-void kvq_attn_tile_f32_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
-                           float *acc);
-void kvq_attn_tile_f16_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
-                           float *acc);
-void kvq_attn_tile_f32_avx2(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
-                            float *acc);
-void kvq_attn_tile_f16_avx2(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
-                            float *acc);
-void kvq_attn_tile_bf16_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
-                            float *acc);
-void kvq_attn_tile_bf16_avx2(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
-                             float *acc);
-void kvq_attn_tile_f32_avx512(int G, int d, int n, const float *q, const void *k, const void *v, float *m,
-                              float *l, float *acc);
-void kvq_attn_tile_f16_avx512(int G, int d, int n, const float *q, const void *k, const void *v, float *m,
-                              float *l, float *acc);
+void kvq_attn_tile_f32_ref(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                           const void *v_next, float *m, float *l, float *acc);
+void kvq_attn_tile_f16_ref(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                           const void *v_next, float *m, float *l, float *acc);
+void kvq_attn_tile_f32_avx2(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                            const void *v_next, float *m, float *l, float *acc);
+void kvq_attn_tile_f16_avx2(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                            const void *v_next, float *m, float *l, float *acc);
+void kvq_attn_tile_bf16_ref(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                            const void *v_next, float *m, float *l, float *acc);
+void kvq_attn_tile_bf16_avx2(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                             const void *v_next, float *m, float *l, float *acc);
+void kvq_attn_tile_f32_avx512(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                              const void *v_next, float *m, float *l, float *acc);
+void kvq_attn_tile_f16_avx512(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                              const void *v_next, float *m, float *l, float *acc);
 
 /* Causal attention of n_q queries at positions pos0.. (each sees positions
  * up to its own; decode is n_q = 1 at the last token) over one layer.

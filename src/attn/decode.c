@@ -61,18 +61,21 @@ static void tile_ref(int G, int d, int n, const float *q, const void *k, const v
     }
 }
 
-void kvq_attn_tile_f32_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
-                           float *acc) {
+void kvq_attn_tile_f32_ref(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                           const void *v_next, float *m, float *l, float *acc) {
+    (void)k_next, (void)v_next;
     tile_ref(G, d, n, q, k, v, m, l, acc, KVQ_ROWS_F32);
 }
 
-void kvq_attn_tile_f16_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
-                           float *acc) {
+void kvq_attn_tile_f16_ref(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                           const void *v_next, float *m, float *l, float *acc) {
+    (void)k_next, (void)v_next;
     tile_ref(G, d, n, q, k, v, m, l, acc, KVQ_ROWS_F16);
 }
 
-void kvq_attn_tile_bf16_ref(int G, int d, int n, const float *q, const void *k, const void *v, float *m, float *l,
-                            float *acc) {
+void kvq_attn_tile_bf16_ref(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
+                            const void *v_next, float *m, float *l, float *acc) {
+    (void)k_next, (void)v_next;
     tile_ref(G, d, n, q, k, v, m, l, acc, KVQ_ROWS_BF16);
 }
 
@@ -251,7 +254,7 @@ static void attend_rows(const run_ctx *c, int kvh, int kind, int pos, int n, con
             const float *qg = q + ((size_t)i * n_head + (size_t)kvh * c->G + g0) * c->d;
             float *m = p + g0, *l = p + c->G + g0, *acc = p + 2 * c->G + (size_t)g0 * c->d;
             if (c->kern.fused) c->kern.fused(gn, c->d, n_valid, qg, k, v, m, l, acc);
-            else c->kern.tile[kind](gn, c->d, n_valid, qg, k->base, v->base, m, l, acc);
+            else c->kern.tile[kind](gn, c->d, n_valid, qg, k->base, v->base, k->next, v->next, m, l, acc);
         }
     }
 }
@@ -356,7 +359,12 @@ static void attend_task(const run_ctx *c, int kvh, int j, int worker) {
         }
         const int fmt = kind == KVQ_ROWS_F16 ? KVQ_FMT_F16 : kind == KVQ_ROWS_BF16 ? KVQ_FMT_BF16 : KVQ_FMT_F32;
         const size_t stride = (kind == KVQ_ROWS_F32 ? sizeof(float) : sizeof(uint16_t)) * (size_t)d;
-        const kvq_attn_rows kr = {k, stride, NULL, fmt, NULL}, vr = {v, stride, NULL, fmt, NULL};
+        /* Rows in place: the tile PREFETCH_TILES on, for the kernel to fetch
+         * as it goes (each tile is its own allocation, so the hardware
+         * prefetchers start cold on every one). */
+        const int ahead = kind != KVQ_ROWS_F32 && t + PREFETCH_TILES < t_end;
+        const kvq_attn_rows kr = {k, stride, NULL, fmt, ahead ? sk->tiles[t + PREFETCH_TILES] : NULL};
+        const kvq_attn_rows vr = {v, stride, NULL, fmt, ahead ? sv->tiles[t + PREFETCH_TILES] : NULL};
         attend_rows(c, kvh, kind, pos, T, &kr, &vr, c->qd, part);
     }
 }

@@ -405,16 +405,18 @@ KVQ_TARGET_AVX512 void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, i
 
 /* Float and f16 rows of contiguous (n, d) buffers: the fused kernel. */
 KVQ_TARGET_AVX512 void kvq_attn_tile_f32_avx512(int G, int d, int n, const float *q, const void *k, const void *v,
-                                                float *m, float *l, float *acc) {
-    const kvq_attn_rows kr = {k, sizeof(float) * (size_t)d, NULL, KVQ_FMT_F32, NULL};
-    const kvq_attn_rows vr = {v, sizeof(float) * (size_t)d, NULL, KVQ_FMT_F32, NULL};
+                                                const void *k_next, const void *v_next, float *m, float *l,
+                                                float *acc) {
+    const kvq_attn_rows kr = {k, sizeof(float) * (size_t)d, NULL, KVQ_FMT_F32, k_next};
+    const kvq_attn_rows vr = {v, sizeof(float) * (size_t)d, NULL, KVQ_FMT_F32, v_next};
     kvq_attn_fused_avx512(G, d, n, q, &kr, &vr, m, l, acc);
 }
 
 KVQ_TARGET_AVX512 void kvq_attn_tile_f16_avx512(int G, int d, int n, const float *q, const void *k, const void *v,
-                                                float *m, float *l, float *acc) {
-    const kvq_attn_rows kr = {k, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16, NULL};
-    const kvq_attn_rows vr = {v, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16, NULL};
+                                                const void *k_next, const void *v_next, float *m, float *l,
+                                                float *acc) {
+    const kvq_attn_rows kr = {k, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16, k_next};
+    const kvq_attn_rows vr = {v, sizeof(uint16_t) * (size_t)d, NULL, KVQ_FMT_F16, v_next};
     kvq_attn_fused_avx512(G, d, n, q, &kr, &vr, m, l, acc);
 }
 #endif
