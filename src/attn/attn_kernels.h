@@ -57,7 +57,8 @@ typedef struct kvq_attn_qrow {
 #define KVQ_ATTN_BLOCK_ROWS 512
 
 /* Online-softmax attention of R <= KVQ_ATTN_BLOCK_ROWS query heads (any mix
- * of queries and heads) over n rows of F32 or F16 format: scores and P x V
+ * of queries and heads) over n rows of F32 or F16 format (AVX2: BF16 too;
+ * K and V of one format): scores and P x V
  * as register-blocked products over 32-row slices, each K / V row loaded
  * once for all R heads. Prefill's kernel. */
 typedef void (*kvq_attn_block_fn)(int R, const kvq_attn_qrow *rows, int d, int n, const kvq_attn_rows *k,
@@ -144,6 +145,8 @@ void kvq_attn_fused_avx512(int G, int d, int n, const float *q, const kvq_attn_r
  * first n rows of v (the integer kernel's P x V over f16 V rows). */
 void kvq_attn_rows_pv_avx512(int G, int d, int n, int np, const float *p, const kvq_attn_rows *v, float *acc);
 
+void kvq_attn_block_avx2(int R, const kvq_attn_qrow *rows, int d, int n, const kvq_attn_rows *k,
+                         const kvq_attn_rows *v);
 void kvq_attn_block_avx512(int R, const kvq_attn_qrow *rows, int d, int n, const kvq_attn_rows *k,
                            const kvq_attn_rows *v);
 

@@ -91,6 +91,7 @@ void kvq_attn_kernels_get(kvq_isa isa, kvq_attn_kernels *out) {
         out->tile[KVQ_ROWS_F16] = kvq_attn_tile_f16_avx2;
         out->tile[KVQ_ROWS_BF16] = kvq_attn_tile_bf16_avx2;
         out->tile_decode = kvq_kv_tile_decode_avx2;
+        out->block = kvq_attn_block_avx2;
         out->integer = kvq_attn_int_avx2;
         out->qi8 = kvq_attn_qi8_prepare_avx2;
     }
@@ -503,13 +504,13 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     c.pos0 = pos0;
     c.n_chunks = chunk_schedule(L->n_tiles, c.chunk_start);
     c.tasks_per_head = c.n_chunks + 1;
-    /* bf16 rows in place only where no fused kernel reads them and no
-     * block kernel (f32 / f16 rows only) takes prefill: the AVX2 and
+    /* bf16 rows in place only where no fused kernel reads them (AVX-512's,
+     * like its block kernel, reads f32 and f16 rows only): the AVX2 and
      * scalar paths. */
     for (int i = 0; i < 2; i++) {
         const kvq_codec *cd = L->codec[i];
         const int bf16 = !cd->qjl && !cd->mean && cd->desc->family == &kvq_family_plain && cd->desc->param == KVQ_PLAIN_BF16;
-        c.direct[i] = kvq_kv_f16_rows(cd) ? KVQ_ROWS_F16 : bf16 && !c.kern.fused && !c.kern.block ? KVQ_ROWS_BF16 : -1;
+        c.direct[i] = kvq_kv_f16_rows(cd) ? KVQ_ROWS_F16 : bf16 && !c.kern.fused ? KVQ_ROWS_BF16 : -1;
     }
     for (int i = 0; i < 2; i++) {
         c.fmt[i] = kvq_attn_rows_fmt(L->codec[i]);

@@ -151,6 +151,183 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void tile_body(const int G, int d, int 
     pv_rows(G, d, n, np, s, v, acc, kind);
 }
 
+/* ------------------------------------------------------------ block kernel
+ *
+ * Prefill: many query heads over the same rows, decode_avx512.c's block
+ * kernel in 8 lanes and 16 registers. Per 32-row slice K is transposed once
+ * into KT (d, 32), so a score block is an outer-product accumulation (6
+ * heads x 16 rows in 12 registers, one broadcast per head and dim, no
+ * horizontal sums); P x V keeps 6 heads x 16 channels in 12 registers while
+ * the V rows stream through. The tile kernel above, which prefill ran query
+ * by query before, converts every K and V row again for each query and
+ * reduces each score across lanes. */
+
+#define BLOCK_SLICE 32 /* rows per slice */
+#define BLOCK_QR 6     /* query heads per score and P x V block */
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256 row8(const kvq_attn_rows *r, int t, int c, const int fmt) {
+    const uint8_t *row = r->base + (size_t)t * r->stride;
+    return load8(row, (size_t)c, fmt == KVQ_FMT_F16 ? KVQ_ROWS_F16 : fmt == KVQ_FMT_BF16 ? KVQ_ROWS_BF16 : KVQ_ROWS_F32);
+}
+
+/* r[i] (row i of an 8 x 8 block) -> r[e] (column e). */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* KT (d, BLOCK_SLICE) of rows t0 .. t0 + nb of k, zero past nb. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void block_kt(const kvq_attn_rows *k, int d, int t0, int nb, float *kt,
+                                                       const int fmt) {
+    for (int tb = 0; tb < BLOCK_SLICE; tb += 8)
+        for (int c = 0; c < d; c += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) r[i] = tb + i < nb ? row8(k, t0 + tb + i, c, fmt) : _mm256_setzero_ps();
+            transpose8(r);
+            for (int e = 0; e < 8; e++) _mm256_store_ps(kt + (size_t)(c + e) * BLOCK_SLICE + tb, r[e]);
+        }
+}
+
+/* Scores of BLOCK_QR heads (q pointers; unused ones point at zeros) over the
+ * slice: s (BLOCK_QR, BLOCK_SLICE), 16 rows at a time. */
+KVQ_TARGET_AVX2 static void block_scores(const float *const *q, int d, const float *kt, float *s) {
+    for (int h = 0; h < BLOCK_SLICE; h += 16) {
+        __m256 a[BLOCK_QR][2];
+#pragma GCC unroll 6
+        for (int r = 0; r < BLOCK_QR; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+        for (int e = 0; e < d; e++) {
+            const __m256 k0 = _mm256_load_ps(kt + e * BLOCK_SLICE + h), k1 = _mm256_load_ps(kt + e * BLOCK_SLICE + h + 8);
+#pragma GCC unroll 6
+            for (int r = 0; r < BLOCK_QR; r++) {
+                const __m256 qe = _mm256_broadcast_ss(q[r] + e);
+                a[r][0] = _mm256_fmadd_ps(qe, k0, a[r][0]);
+                a[r][1] = _mm256_fmadd_ps(qe, k1, a[r][1]);
+            }
+        }
+#pragma GCC unroll 6
+        for (int r = 0; r < BLOCK_QR; r++) {
+            _mm256_store_ps(s + r * BLOCK_SLICE + h, a[r][0]);
+            _mm256_store_ps(s + r * BLOCK_SLICE + h + 8, a[r][1]);
+        }
+    }
+}
+
+/* acc[r][c0 .. c0 + 16) = acc * alpha[r] + sum_t p[r][t] v[t] for BLOCK_QR
+ * heads; v: the slice's rows as floats (stride d). */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void block_pv(float *const *acc, const float *alpha, const float *p,
+                                                       const float *v, int d, int nb, int c0) {
+    __m256 a[BLOCK_QR][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < BLOCK_QR; r++) {
+        const __m256 al = _mm256_set1_ps(alpha[r]);
+        a[r][0] = _mm256_mul_ps(_mm256_loadu_ps(acc[r] + c0), al);
+        a[r][1] = _mm256_mul_ps(_mm256_loadu_ps(acc[r] + c0 + 8), al);
+    }
+    for (int t = 0; t < nb; t++) {
+        const __m256 v0 = _mm256_loadu_ps(v + (size_t)t * d + c0), v1 = _mm256_loadu_ps(v + (size_t)t * d + c0 + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < BLOCK_QR; r++) {
+            const __m256 pr = _mm256_broadcast_ss(p + r * BLOCK_SLICE + t);
+            a[r][0] = _mm256_fmadd_ps(pr, v0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(pr, v1, a[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < BLOCK_QR; r++) {
+        _mm256_storeu_ps(acc[r] + c0, a[r][0]);
+        _mm256_storeu_ps(acc[r] + c0 + 8, a[r][1]);
+    }
+}
+
+/* The online-softmax step of head qr over its visible rows of the slice's
+ * scores sr (BLOCK_SLICE): sr becomes p (0 where not visible); returns the
+ * accumulator's factor alpha. */
+KVQ_TARGET_AVX2 static float block_softmax(const kvq_attn_qrow *qr, int t0, int nb, float *sr) {
+    const int vis = qr ? (qr->n_valid - t0 < nb ? qr->n_valid - t0 : nb) : 0;
+    if (vis <= 0) {
+        for (int j = 0; j < BLOCK_SLICE; j += 8) _mm256_store_ps(sr + j, _mm256_setzero_ps());
+        return 1.0f;
+    }
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 sv[BLOCK_SLICE / 8], keep[BLOCK_SLICE / 8], mx = _mm256_set1_ps(-INFINITY);
+    for (int j = 0; j < BLOCK_SLICE / 8; j++) {
+        keep[j] = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(vis - 8 * j), iota));
+        sv[j] = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_load_ps(sr + 8 * j), keep[j]);
+        mx = _mm256_max_ps(mx, sv[j]);
+    }
+    /* A new maximum is rare at depth: see softmax_update_avx2. */
+    float m_new = *qr->m, alpha = 1.0f;
+    if (_mm256_movemask_ps(_mm256_cmp_ps(mx, _mm256_set1_ps(m_new), _CMP_GT_OQ))) {
+        const float mt = hmax8(mx);
+        m_new = mt > *qr->m ? mt : *qr->m;
+        alpha = expf(*qr->m - m_new);
+    }
+    const __m256 mv = _mm256_set1_ps(m_new);
+    __m256 sum = _mm256_setzero_ps();
+    for (int j = 0; j < BLOCK_SLICE / 8; j++) {
+        const __m256 pj = _mm256_and_ps(keep[j], exp8(_mm256_sub_ps(sv[j], mv)));
+        _mm256_store_ps(sr + 8 * j, pj);
+        sum = _mm256_add_ps(sum, pj);
+    }
+    *qr->l = *qr->l * alpha + hsum8(sum);
+    *qr->m = m_new;
+    return alpha;
+}
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void block_body(int R, const kvq_attn_qrow *rows, int d, int n,
+                                                         const kvq_attn_rows *k, const kvq_attn_rows *v,
+                                                         const int kfmt, const int vfmt) {
+    float kt[KVQ_MAX_HEAD_DIM * BLOCK_SLICE] __attribute__((aligned(32)));
+    float vf[BLOCK_SLICE * KVQ_MAX_HEAD_DIM] __attribute__((aligned(32))); /* (32, d) V as floats */
+    float s[BLOCK_QR * BLOCK_SLICE] __attribute__((aligned(32)));
+    float zero_q[KVQ_MAX_HEAD_DIM] = {0};
+    float sink_acc[KVQ_MAX_HEAD_DIM] = {0}; /* for unused heads */
+    for (int t0 = 0; t0 < n; t0 += BLOCK_SLICE) {
+        const int nb = n - t0 < BLOCK_SLICE ? n - t0 : BLOCK_SLICE;
+        block_kt(k, d, t0, nb, kt, kfmt);
+        /* V converted once per slice, not once per block of heads */
+        const float *vs = (const float *)(const void *)(v->base + (size_t)t0 * v->stride);
+        if (vfmt != KVQ_FMT_F32 || v->stride != sizeof(float) * (size_t)d) {
+            for (int t = 0; t < nb; t++)
+                for (int c = 0; c < d; c += 8) _mm256_store_ps(vf + (size_t)t * d + c, row8(v, t0 + t, c, vfmt));
+            vs = vf;
+        }
+        for (int r0 = 0; r0 < R; r0 += BLOCK_QR) {
+            const int nr = R - r0 < BLOCK_QR ? R - r0 : BLOCK_QR;
+            const float *q[BLOCK_QR];
+            for (int r = 0; r < BLOCK_QR; r++) q[r] = r < nr ? rows[r0 + r].q : zero_q;
+            block_scores(q, d, kt, s);
+            float alpha[BLOCK_QR];
+            float *acc[BLOCK_QR];
+            for (int r = 0; r < BLOCK_QR; r++) {
+                alpha[r] = block_softmax(r < nr ? &rows[r0 + r] : NULL, t0, nb, s + r * BLOCK_SLICE);
+                acc[r] = r < nr ? rows[r0 + r].acc : sink_acc;
+            }
+            for (int c0 = 0; c0 < d; c0 += 16) block_pv(acc, alpha, s, vs, d, nb, c0);
+        }
+    }
+}
+
+KVQ_TARGET_AVX2 void kvq_attn_block_avx2(int R, const kvq_attn_qrow *rows, int d, int n, const kvq_attn_rows *k,
+                                         const kvq_attn_rows *v) {
+    if (k->fmt == KVQ_FMT_F16 && v->fmt == KVQ_FMT_F16) block_body(R, rows, d, n, k, v, KVQ_FMT_F16, KVQ_FMT_F16);
+    else if (k->fmt == KVQ_FMT_BF16 && v->fmt == KVQ_FMT_BF16) block_body(R, rows, d, n, k, v, KVQ_FMT_BF16, KVQ_FMT_BF16);
+    else block_body(R, rows, d, n, k, v, KVQ_FMT_F32, KVQ_FMT_F32);
+}
+
 /* One instantiation per group size, so the G accumulators are registers. */
 #define KVQ_TILE_CASES(kind)                                                      \
     switch (G) {                                                                  \
