@@ -335,16 +335,17 @@ static void attend_task(const run_ctx *c, int kvh, int j, int worker) {
             t += NT - 1;
             continue;
         }
+        /* Kernels that read rows in place prefetch the tile PREFETCH_TILES
+         * ahead row by row as they compute this one: a burst of prefetches
+         * for a whole tile fills the line fill buffers and stalls the core,
+         * so memory and compute would not overlap; and each tile is its own
+         * allocation, so the hardware prefetchers start cold on every one. */
+        const int more = t + PREFETCH_TILES < t_end;
+        const uint8_t *k_ahead = more ? sk->tiles[t + PREFETCH_TILES] : NULL;
+        const uint8_t *v_ahead = more ? sv->tiles[t + PREFETCH_TILES] : NULL;
         if (c->in_place) {
-            /* The kernel prefetches a tile PREFETCH_TILES ahead row by row
-             * as it computes this one: a burst of prefetches for a whole
-             * tile fills the line fill buffers and stalls the core, so memory
-             * and compute would not overlap. */
-            const int more = t + PREFETCH_TILES < t_end;
-            const kvq_attn_rows k = {sk->tiles[t], L->codec[0]->row_bytes, c->lut[0], c->fmt[0],
-                                     more ? sk->tiles[t + PREFETCH_TILES] : NULL};
-            const kvq_attn_rows v = {sv->tiles[t], L->codec[1]->row_bytes, c->lut[1], c->fmt[1],
-                                     more ? sv->tiles[t + PREFETCH_TILES] : NULL};
+            const kvq_attn_rows k = {sk->tiles[t], L->codec[0]->row_bytes, c->lut[0], c->fmt[0], k_ahead};
+            const kvq_attn_rows v = {sv->tiles[t], L->codec[1]->row_bytes, c->lut[1], c->fmt[1], v_ahead};
             attend_rows(c, kvh, KVQ_ROWS_F32, pos, T, &k, &v, c->qd, part);
             continue;
         }
@@ -360,12 +361,9 @@ static void attend_task(const run_ctx *c, int kvh, int j, int worker) {
         }
         const int fmt = kind == KVQ_ROWS_F16 ? KVQ_FMT_F16 : kind == KVQ_ROWS_BF16 ? KVQ_FMT_BF16 : KVQ_FMT_F32;
         const size_t stride = (kind == KVQ_ROWS_F32 ? sizeof(float) : sizeof(uint16_t)) * (size_t)d;
-        /* Rows in place: the tile PREFETCH_TILES on, for the kernel to fetch
-         * as it goes (each tile is its own allocation, so the hardware
-         * prefetchers start cold on every one). */
-        const int ahead = kind != KVQ_ROWS_F32 && t + PREFETCH_TILES < t_end;
-        const kvq_attn_rows kr = {k, stride, NULL, fmt, ahead ? sk->tiles[t + PREFETCH_TILES] : NULL};
-        const kvq_attn_rows vr = {v, stride, NULL, fmt, ahead ? sv->tiles[t + PREFETCH_TILES] : NULL};
+        const int in_tile = kind != KVQ_ROWS_F32; /* else the rows are scratch */
+        const kvq_attn_rows kr = {k, stride, NULL, fmt, in_tile ? k_ahead : NULL};
+        const kvq_attn_rows vr = {v, stride, NULL, fmt, in_tile ? v_ahead : NULL};
         attend_rows(c, kvh, kind, pos, T, &kr, &vr, c->qd, part);
     }
 }
