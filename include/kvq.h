@@ -488,7 +488,8 @@ typedef struct kvq_ctx_params {
                              integer codes per block of 32 where the CPU has a fast
                              kernel (AVX2, AVX-512 VNNI; error <= max|x_b| / 32512) */
     size_t mem_limit;     /* bytes the context may plan for (weights + KV + scratch);
-                             0 = MemAvailable from /proc/meminfo (no check where unknown) */
+                             0 = MemAvailable from /proc/meminfo, or the room the
+                             process's memory cgroups leave if less (no check where unknown) */
 } kvq_ctx_params;
 
 /* Defaults: n_ctx 0, n_threads 0, n_batch 0, f16/f16, no sinks, no boundary
@@ -499,7 +500,8 @@ void kvq_ctx_params_default(kvq_ctx_params *p);
  * model's weights (mapped, but they must fit in memory to run at speed),
  * the KV cache at n_ctx tokens in its codecs (sinks and the staging tile in
  * f16, tiles padded as the store pads them), and scratch buffers plus the
- * token history. available is mem_limit, or MemAvailable, or 0 if unknown. */
+ * token history. available is mem_limit, or MemAvailable (the cgroups'
+ * room where less), or 0 if unknown. */
 typedef struct kvq_mem_estimate {
     int n_ctx;              /* the context length estimated (0 resolved) */
     size_t weight_bytes, kv_bytes, scratch_bytes;

@@ -8,7 +8,6 @@
  * 161 MiB; 143 MiB this way, of which 92 weights and 30 KV). A 64-byte
  * header before each block records its size and origin, so the block itself
  * stays 64-byte aligned. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -57,15 +56,4 @@ void kvq_free_aligned(void *p) {
     const size_t *h = (const size_t *)(void *)base;
     if (h[1]) munmap(base, h[0]);
     else free(base);
-}
-
-size_t kvq_mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-    fclose(f);
-    return (size_t)kib * 1024;
 }

@@ -53,8 +53,22 @@ void kvq_cpu_vbmi_off(int off);
 void *kvq_alloc_aligned(size_t size);
 void kvq_free_aligned(void *p);
 
-/* MemAvailable of /proc/meminfo in bytes; 0 where it does not say. */
+/* Bytes this process may still take (meminfo.c): MemAvailable of
+ * /proc/meminfo, or the room its memory cgroups leave where that is less;
+ * 0 where neither says. */
 size_t kvq_mem_available(void);
+
+/* The room one cgroup leaves, from the text of its limit file (v2
+ * memory.max: a number or "max"; v1 memory.limit_in_bytes), its usage
+ * file and its memory.stat (NULL if unread): limit - usage + inactive
+ * file pages, 0 when full; SIZE_MAX for no limit or unreadable text. */
+size_t kvq_cgroup_room(const char *limit, const char *usage, const char *stat);
+
+/* For one line of /proc/self/mountinfo that mounts a memory cgroup
+ * hierarchy (cgroup2, or cgroup with the memory controller), the directory
+ * of this process's cgroup in it, from /proc/self/cgroup's text, into dir:
+ * returns the mount point's length, or 0 for any other line (or no room). */
+size_t kvq_cgroup_mount_dir(const char *cgroup, const char *line, char *dir, size_t size);
 
 /* One block kept between calls of a hot path (attention's per-call buffers:
  * mapped, faulted and zeroed afresh they were 14% of a prefill). take

@@ -416,6 +416,62 @@ TEST(ctx_available_bytes_adds_a_resident_model_back) {
     CHECK(kvq_ctx_available_bytes(2 * gib, 0, 1, file) == 2 * gib);
 }
 
+/* A container's memory cgroup caps what a context may plan for: its limit
+ * less its usage, with reclaimable file pages counted as room. */
+TEST(cgroup_room_reads_v1_and_v2_files) {
+    const char *stat2 = "anon 4096\nfile 209715200\ninactive_file 104857600\nactive_file 5\n";
+    CHECK(kvq_cgroup_room("1073741824\n", "536870912\n", stat2) == 1073741824u - (536870912u - 104857600u));
+    CHECK(kvq_cgroup_room("1073741824\n", "536870912\n", NULL) == 536870912u);
+    CHECK(kvq_cgroup_room("1073741824\n", "536870912\n", "anon 1\n") == 536870912u);
+    /* v1: the hierarchical total is the one to take, where it is given */
+    const char *stat1 = "cache 1\ninactive_file 1048576\ntotal_inactive_file 2097152\n";
+    CHECK(kvq_cgroup_room("4194304\n", "4194304\n", stat1) == 2097152u);
+    CHECK(kvq_cgroup_room("4194304\n", "8388608\n", NULL) == 0);  /* over the limit: no room */
+    CHECK(kvq_cgroup_room("4194304\n", "1048576\n", "inactive_file 99999999\n") == 3145728u); /* bogus: ignored */
+    CHECK(kvq_cgroup_room("max\n", "536870912\n", stat2) == SIZE_MAX);
+    CHECK(kvq_cgroup_room("9223372036854771712\n", "1\n", NULL) == SIZE_MAX); /* v1's "no limit" */
+    CHECK(kvq_cgroup_room("", "1\n", NULL) == SIZE_MAX);
+    CHECK(kvq_cgroup_room("1000\n", "x\n", NULL) == SIZE_MAX);
+    CHECK(kvq_cgroup_room(NULL, "1\n", NULL) == SIZE_MAX);
+}
+
+TEST(cgroup_mount_dir_finds_the_process_cgroup) {
+    char dir[512];
+    const char *v2 = "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev - cgroup2 cgroup2 rw,nsdelegate\n";
+    CHECK(kvq_cgroup_mount_dir("0::/user.slice/app.scope\n", v2, dir, sizeof dir) == 14);
+    CHECK(strcmp(dir, "/sys/fs/cgroup/user.slice/app.scope") == 0);
+    CHECK(kvq_cgroup_mount_dir("0::/\n", v2, dir, sizeof dir) == 14 && strcmp(dir, "/sys/fs/cgroup") == 0);
+    /* v1 beside a v2 mount without the memory controller (this kind of
+     * host: the v1 memory line decides, the unified one has no files) */
+    const char *hybrid = "12:pids:/\n4:memory:/process_api/63522ec3\n1:name=systemd:/\n0::/\n";
+    const char *v1 = "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n";
+    CHECK(kvq_cgroup_mount_dir(hybrid, v1, dir, sizeof dir) == 21);
+    CHECK(strcmp(dir, "/sys/fs/cgroup/memory/process_api/63522ec3") == 0);
+    CHECK(kvq_cgroup_mount_dir(hybrid, "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n", dir,
+                               sizeof dir) == 22 && strcmp(dir, "/sys/fs/cgroup/unified") == 0);
+    CHECK(kvq_cgroup_mount_dir("3:cpu,memory,blkio:/a/b\n", "9 1 0:5 / /cg rw - cgroup cgroup rw,cpu,memory\n", dir,
+                               sizeof dir) == 3 && strcmp(dir, "/cg/a/b") == 0);
+    /* a container's view: the mount's root is the process's cgroup, or an
+     * ancestor of it, or (namespaced differently) not on its path at all */
+    const char *bind = "50 40 0:32 /docker/abc /sys/fs/cgroup/memory ro - cgroup cgroup rw,memory\n";
+    CHECK(kvq_cgroup_mount_dir("4:memory:/docker/abc\n", bind, dir, sizeof dir) == 21 &&
+          strcmp(dir, "/sys/fs/cgroup/memory") == 0);
+    CHECK(kvq_cgroup_mount_dir("4:memory:/docker/abc/inner\n", bind, dir, sizeof dir) == 21 &&
+          strcmp(dir, "/sys/fs/cgroup/memory/inner") == 0);
+    CHECK(kvq_cgroup_mount_dir("4:memory:/docker/abcd\n", bind, dir, sizeof dir) == 21 &&
+          strcmp(dir, "/sys/fs/cgroup/memory") == 0);
+    /* lines that mount no memory hierarchy, or that do not parse */
+    CHECK(kvq_cgroup_mount_dir(hybrid, "32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", dir,
+                               sizeof dir) == 0);
+    CHECK(kvq_cgroup_mount_dir(hybrid, "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=755\n", dir,
+                               sizeof dir) == 0);
+    CHECK(kvq_cgroup_mount_dir(hybrid, "garbage\n", dir, sizeof dir) == 0);
+    CHECK(kvq_cgroup_mount_dir("4:cpu:/x\n", v1, dir, sizeof dir) == 0); /* no memory line */
+    CHECK(kvq_cgroup_mount_dir("0::/deep/path\n", v2, dir, 16) == 0);     /* would not fit */
+    /* and on this machine: some room, never more than MemAvailable says */
+    CHECK(kvq_mem_available() > 0);
+}
+
 TEST(ctx_create_refuses_what_does_not_fit_or_is_out_of_range) {
     kvq_model *m = tiny();
     if (!m) return;
