@@ -67,7 +67,7 @@ size_t kvq_cgroup_room(const char *limit, const char *usage, const char *stat);
 /* For one line of /proc/self/mountinfo that mounts a memory cgroup
  * hierarchy (cgroup2, or cgroup with the memory controller), the directory
  * of this process's cgroup in it, from /proc/self/cgroup's text, into dir:
- * returns the mount point's length, or 0 for any other line (or no room). */
+ * returns the mount point's length, or 0 for any other line (or a dir too small). */
 size_t kvq_cgroup_mount_dir(const char *cgroup, const char *line, char *dir, size_t size);
 
 /* One block kept between calls of a hot path (attention's per-call buffers:
