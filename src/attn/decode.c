@@ -338,8 +338,9 @@ static void attend_task(const run_ctx *c, int kvh, int j, int worker) {
         /* Kernels that read rows in place prefetch the tile PREFETCH_TILES
          * ahead row by row as they compute this one: a burst of prefetches
          * for a whole tile fills the line fill buffers and stalls the core,
-         * so memory and compute would not overlap; and each tile is its own
-         * allocation, so the hardware prefetchers start cold on every one. */
+         * so memory and compute would not overlap; and a tile of f16 rows at
+         * head_dim 64 is 4 KiB, a page, where the hardware prefetchers stop,
+         * so they start cold on nearly every tile. */
         const int more = t + PREFETCH_TILES < t_end;
         const uint8_t *k_ahead = more ? sk->tiles[t + PREFETCH_TILES] : NULL;
         const uint8_t *v_ahead = more ? sv->tiles[t + PREFETCH_TILES] : NULL;
