@@ -15,6 +15,17 @@ void bench_mean_sd(const double *x, int n, double *mean, double *sd) {
 
 double bench_cv(double mean, double sd) { return mean != 0.0 ? sd / fabs(mean) : 0.0; }
 
+double bench_median(double *x, int n) {
+    /* Insertion sort: n is a repetition count. */
+    for (int i = 1; i < n; i++) {
+        const double v = x[i];
+        int j = i;
+        for (; j > 0 && x[j - 1] > v; j--) x[j] = x[j - 1];
+        x[j] = v;
+    }
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 int bench_linfit(const double *x, const double *y, int n, double *a, double *b, double *r2) {
     if (n < 2) return 0;
     double mx = 0.0, my = 0.0;

@@ -12,6 +12,10 @@ void bench_mean_sd(const double *x, int n, double *mean, double *sd);
 /* sd / mean; 0 when mean is 0. */
 double bench_cv(double mean, double sd);
 
+/* The median of x[0..n), the mean of the middle two for even n; sorts x in
+ * place. n must be >= 1. */
+double bench_median(double *x, int n);
+
 /* Least squares y = a + b x over n points, and R² (1 when the points lie on
  * the line, including when every y is equal). Returns 0, leaving the outputs
  * untouched, when n < 2 or every x is equal (no slope to fit). */

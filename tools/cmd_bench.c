@@ -2,10 +2,13 @@
  * models, thread counts, KV configs, depths, prompt and generation lengths.
  *
  * The method (reports/004): the f16/f16 KV arm is always measured in the same
- * run as a control; repetitions interleave the KV configs (A B C A B C ...) so
- * machine drift hits every arm alike; each depth is prefilled once per KV
- * config into a context that stays alive, and every measurement truncates
- * back to that depth, so deep sweeps pay the prefill once. */
+ * run as a control, and it runs before and after every other run (f16 A f16
+ * B f16 ... f16), so each run of a config has a control on either side: its
+ * ratio to f16 is paired with the control of its own moment, and machine
+ * drift over a long round does not read as a difference between configs.
+ * Each depth is prefilled once per KV config into a context that stays
+ * alive, and every measurement truncates back to that depth, so deep sweeps
+ * pay the prefill once. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -20,6 +23,7 @@
 
 #define LIST_MAX 64
 #define CV_WARN 0.05
+#define REPS_MAX 1000
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kvq bench [options]\n"
@@ -30,8 +34,11 @@ static void usage(FILE *f) {
                "prefilled once per KV config and every run truncates back to it.\n"
                "(--fill copy: only the f16 control prefills; the other configs take its K/V\n"
                "rows, encoded in their codecs: same bytes to read, far less set-up at depth.)\n"
-               "The f16/f16 KV config is always measured as a control, and the repetitions\n"
-               "interleave the KV configs (A B C A B C ...) so drift hits every arm alike.\n"
+               "The f16/f16 KV config is always measured as a control and runs between every\n"
+               "two other runs (f16 A f16 B f16 ... f16): each run of a config is compared\n"
+               "with the mean of the control runs on either side of it, so machine drift\n"
+               "does not read as a difference between configs. (The control takes about\n"
+               "half of a sweep's runs.)\n"
                "\n"
                "List options take comma-separated values and may be repeated:\n"
                "  -m, --model FILES     GGUF models (default: the default model, see below)\n"
@@ -67,13 +74,15 @@ static void usage(FILE *f) {
                "bytes at the end of a run: depth + test tokens), kv_bytes_f16 (what f16 would\n"
                "take), peak_rss_bytes (the process's peak resident memory so far: every KV\n"
                "config's context is alive at once), isa, attn_frac (share of the run's time\n"
-               "spent in fused attention over the cache), cv (stddev_ts / avg_ts).\n"
+               "spent in fused attention over the cache), cv (stddev_ts / avg_ts), vs_f16\n"
+               "(speed over the f16 control's: the median over repetitions of the bracketing\n"
+               "control runs' mean time over the run's time; 1 for the control).\n"
                "\n"
                "The md summary fits, per KV config, decode ms/token = a + b x depth over the\n"
-               "depths measured (b in ms per 1k KV tokens, with R^2), and gives the tg t/s\n"
-               "ratio to the f16 control and the KV MiB at each depth; for each -p size, the\n"
-               "pp t/s and its ratio to the f16 control at each depth. Cells whose CV exceeds\n"
-               "5%% are flagged. A progress line goes to stderr.\n"
+               "depths measured (b in ms per 1k KV tokens, with R^2), and gives vs_f16 for tg\n"
+               "and the KV MiB at each depth; for each -p size, the pp t/s and its vs_f16 at\n"
+               "each depth. Cells whose CV exceeds 5%% are flagged. A progress line goes to\n"
+               "stderr.\n"
                "\n"
                "example: kvq bench -p 512 -n 128 -d 0,4096,32768 --kv f16,q8_0,turbo4 -r 3 \\\n"
                "             --plot tg.svg\n"
@@ -141,7 +150,8 @@ typedef struct {
 typedef struct {
     int model, threads, cfg;
     int n_prompt, n_gen, depth;
-    double *ns; /* (reps) wall time of each run */
+    double *ns, *ts; /* (n_done) each run's wall time and tokens per second */
+    double *ctrl_ns; /* (n_done) the mean of the control runs either side of each run; NULL for the control */
     int n_done;
     double attn_s, run_s; /* summed over the runs */
     size_t kv_bytes, kv_bytes_f16, peak_rss;
@@ -165,7 +175,7 @@ typedef struct {
     int json_rows; /* rows written so far (json separators, md header) */
     /* Progress and ETA. */
     int is_tty;
-    long runs_total, runs_done;
+    long runs_done, cells_total;
     double t_start;
     double *last_run_s;            /* (n_tests, n_cfg): the latest run's seconds, for the ETA */
     long *runs_left;               /* (n_tests, n_cfg) */
@@ -309,17 +319,23 @@ static void csv_str(FILE *f, const char *s) {
 
 typedef struct {
     double avg_ns, sd_ns, avg_ts, sd_ts, cv, attn_frac;
+    double vs_f16; /* speed over the control's, paired run by run; 1 for the control */
 } cell_stats;
 
 static void stats_of(const cell *c, cell_stats *s) {
-    const int tokens = c->n_prompt ? c->n_prompt : c->n_gen;
-    double ts[LIST_MAX * 16];
-    const int n = c->n_done < (int)(sizeof ts / sizeof ts[0]) ? c->n_done : (int)(sizeof ts / sizeof ts[0]);
-    for (int i = 0; i < n; i++) ts[i] = tokens * 1e9 / c->ns[i];
+    const int n = c->n_done;
     bench_mean_sd(c->ns, n, &s->avg_ns, &s->sd_ns);
-    bench_mean_sd(ts, n, &s->avg_ts, &s->sd_ts);
+    bench_mean_sd(c->ts, n, &s->avg_ts, &s->sd_ts);
     s->cv = bench_cv(s->avg_ts, s->sd_ts);
     s->attn_frac = c->run_s > 0 ? c->attn_s / c->run_s : 0.0;
+    s->vs_f16 = 1.0;
+    if (c->ctrl_ns) {
+        /* The median: one run hit by a burst of outside load moves a mean
+         * ratio, not the median. A config's cell holds at most REPS_MAX runs. */
+        double ratio[REPS_MAX];
+        for (int i = 0; i < n; i++) ratio[i] = c->ctrl_ns[i] / c->ns[i];
+        s->vs_f16 = bench_median(ratio, n);
+    }
 }
 
 static const char *test_name(const cell *c, char *buf, size_t cap) {
@@ -363,7 +379,7 @@ static void write_row(bench *b, const cell *c) {
         if (b->json_rows++ == 0)
             printf("model_filename,model_type,model_size,model_n_params,backends,n_batch,n_threads,type_k,type_v,"
                    "kv_preset,n_prompt,n_gen,n_depth,test_time,avg_ns,stddev_ns,avg_ts,stddev_ts,samples_ts,"
-                   "kv_bytes,kv_bytes_f16,peak_rss_bytes,isa,attn_frac,cv\n");
+                   "kv_bytes,kv_bytes_f16,peak_rss_bytes,isa,attn_frac,cv,vs_f16\n");
         csv_str(f, mm->path);
         fputc(',', f);
         csv_str(f, mm->type);
@@ -376,10 +392,9 @@ static void write_row(bench *b, const cell *c) {
         csv_str(f, k->preset ? k->preset : "");
         printf(",%d,%d,%d,\"%s\",%.0f,%.0f,%.6f,%.6f,\"", c->n_prompt, c->n_gen, c->depth, c->test_time, s.avg_ns,
                s.sd_ns, s.avg_ts, s.sd_ts);
-        const int tokens = c->n_prompt ? c->n_prompt : c->n_gen;
-        for (int i = 0; i < c->n_done; i++) printf("%s%.6f", i ? ";" : "", tokens * 1e9 / c->ns[i]);
-        printf("\",%zu,%zu,%zu,\"%s\",%.6f,%.6f\n", c->kv_bytes, c->kv_bytes_f16, c->peak_rss, c->isa, s.attn_frac,
-               s.cv);
+        for (int i = 0; i < c->n_done; i++) printf("%s%.6f", i ? ";" : "", c->ts[i]);
+        printf("\",%zu,%zu,%zu,\"%s\",%.6f,%.6f,%.6f\n", c->kv_bytes, c->kv_bytes_f16, c->peak_rss, c->isa,
+               s.attn_frac, s.cv, s.vs_f16);
     } else {
         if (b->fmt == FMT_JSON) printf(b->json_rows ? ",\n  " : "[\n  ");
         b->json_rows++;
@@ -403,11 +418,10 @@ static void write_row(bench *b, const cell *c) {
                c->n_prompt, c->n_gen, c->depth, c->test_time, s.avg_ns, s.sd_ns, s.avg_ts, s.sd_ts);
         for (int i = 0; i < c->n_done; i++) printf("%s%.0f", i ? ", " : "", c->ns[i]);
         printf("], \"samples_ts\": [");
-        const int tokens = c->n_prompt ? c->n_prompt : c->n_gen;
-        for (int i = 0; i < c->n_done; i++) printf("%s%.6f", i ? ", " : "", tokens * 1e9 / c->ns[i]);
+        for (int i = 0; i < c->n_done; i++) printf("%s%.6f", i ? ", " : "", c->ts[i]);
         printf("], \"kv_bytes\": %zu, \"kv_bytes_f16\": %zu, \"peak_rss_bytes\": %zu, \"isa\": \"%s\", "
-               "\"attn_frac\": %.6f, \"cv\": %.6f}",
-               c->kv_bytes, c->kv_bytes_f16, c->peak_rss, c->isa, s.attn_frac, s.cv);
+               "\"attn_frac\": %.6f, \"cv\": %.6f, \"vs_f16\": %.6f}",
+               c->kv_bytes, c->kv_bytes_f16, c->peak_rss, c->isa, s.attn_frac, s.cv, s.vs_f16);
         if (b->fmt == FMT_JSONL) printf("\n");
     }
     fflush(stdout);
@@ -417,13 +431,6 @@ static void write_row(bench *b, const cell *c) {
 static void print_cells(int nd, const int *have, const double *v, const char *fmt) {
     for (int i = 0; i < nd; i++)
         if (have[i]) printf(fmt, v[i]);
-        else printf(" |");
-}
-
-/* One md cell per depth: t/s over the f16 control's where both were measured. */
-static void print_ratios(int nd, const int *have, const double *ts, const double *f16_ts) {
-    for (int i = 0; i < nd; i++)
-        if (have[i] && f16_ts[i] > 0) printf(" %.3f |", ts[i] / f16_ts[i]);
         else printf(" |");
 }
 
@@ -439,9 +446,8 @@ static void summarize_group(const bench *b, int model, int threads, int n_gen) {
     printf(" attn %% @ d%ld |\n|---|---:|---:|---:|", b->depths.v[nd - 1]);
     for (int i = 0; i < 2 * nd + 1; i++) printf("---:|");
     printf("\n");
-    double f16_ts[LIST_MAX];
     for (int cfg = 0; cfg < b->n_cfg; cfg++) {
-        double x[LIST_MAX], y[LIST_MAX], ts[LIST_MAX], mib[LIST_MAX], attn_last = -1;
+        double x[LIST_MAX], y[LIST_MAX], vs[LIST_MAX], mib[LIST_MAX], attn_last = -1;
         int have[LIST_MAX] = {0}, n = 0;
         for (int i = 0; i < b->n_cells; i++) {
             const cell *c = &b->cells[i];
@@ -455,12 +461,10 @@ static void summarize_group(const bench *b, int model, int threads, int n_gen) {
             x[n] = c->depth;
             y[n++] = s.avg_ns / 1e6 / n_gen;
             have[di] = 1;
-            ts[di] = s.avg_ts;
+            vs[di] = s.vs_f16;
             mib[di] = c->kv_bytes / 1048576.0;
             if (di == nd - 1) attn_last = s.attn_frac;
         }
-        if (cfg == 0)
-            for (int i = 0; i < nd; i++) f16_ts[i] = have[i] ? ts[i] : 0;
         double a, slope, r2;
         printf("| %s |", b->cfgs[cfg].label);
         if (bench_linfit(x, y, n, &a, &slope, &r2))
@@ -469,7 +473,7 @@ static void summarize_group(const bench *b, int model, int threads, int n_gen) {
             printf(" %.3f | n/a (one depth) | |", y[0]);
         else
             printf(" | | |");
-        print_ratios(nd, have, ts, f16_ts);
+        print_cells(nd, have, vs, " %.3f |");
         print_cells(nd, have, mib, " %.2f |");
         if (attn_last >= 0)
             printf(" %.1f |\n", 100.0 * attn_last);
@@ -488,9 +492,8 @@ static void summarize_pp_group(const bench *b, int model, int threads, int n_pro
     printf("\n|---|");
     for (int i = 0; i < 2 * nd; i++) printf("---:|");
     printf("\n");
-    double f16_ts[LIST_MAX];
     for (int cfg = 0; cfg < b->n_cfg; cfg++) {
-        double ts[LIST_MAX];
+        double ts[LIST_MAX], vs[LIST_MAX];
         int have[LIST_MAX] = {0};
         for (int i = 0; i < b->n_cells; i++) {
             const cell *c = &b->cells[i];
@@ -502,12 +505,11 @@ static void summarize_pp_group(const bench *b, int model, int threads, int n_pro
             stats_of(c, &s);
             have[di] = 1;
             ts[di] = s.avg_ts;
+            vs[di] = s.vs_f16;
         }
-        if (cfg == 0)
-            for (int i = 0; i < nd; i++) f16_ts[i] = have[i] ? ts[i] : 0;
         printf("| %s |", b->cfgs[cfg].label);
         print_cells(nd, have, ts, " %.1f |");
-        print_ratios(nd, have, ts, f16_ts);
+        print_cells(nd, have, vs, " %.3f |");
         printf("\n");
     }
 }
@@ -520,7 +522,8 @@ static void print_summary(const bench *b) {
             for (int p = 0; p < b->prompts.n; p++)
                 if (b->prompts.v[p] > 0) summarize_pp_group(b, m, (int)b->threads.v[t], (int)b->prompts.v[p]);
         }
-    printf("\nKV MiB: the cache after depth + n_gen tokens. vs f16: t/s over the f16/f16 control's, same run.\n"
+    printf("\nKV MiB: the cache after depth + n_gen tokens. vs f16: speed over the f16/f16 control's, run by run\n"
+           "(the median over repetitions of the mean time of the control runs either side over the run's time).\n"
            "attn %%: share of decode time in fused attention over the cache.\n");
     int noisy = 0;
     for (int i = 0; i < b->n_cells; i++) {
@@ -730,7 +733,8 @@ static void random_tokens(int32_t *t, long n, int n_vocab, uint64_t seed) {
     for (long i = 0; i < n; i++) t[i] = (int32_t)(splitmix(&seed) % (uint64_t)n_vocab);
 }
 
-static cell *new_cell(bench *b) {
+/* max_runs: the runs the cell will hold; with_ctrl: room for each run's control. */
+static cell *new_cell(bench *b, long max_runs, int with_ctrl) {
     if (b->n_cells == b->cap_cells) {
         const int cap = b->cap_cells ? 2 * b->cap_cells : 64;
         cell *c = realloc(b->cells, sizeof *c * (size_t)cap);
@@ -740,9 +744,11 @@ static cell *new_cell(bench *b) {
     }
     cell *c = &b->cells[b->n_cells];
     memset(c, 0, sizeof *c);
-    c->ns = calloc((size_t)b->reps, sizeof *c->ns);
-    if (!c->ns) return NULL;
-    b->n_cells++;
+    b->n_cells++; /* counted now, so a failed allocation below is still freed */
+    c->ns = calloc((size_t)max_runs, sizeof *c->ns);
+    c->ts = calloc((size_t)max_runs, sizeof *c->ts);
+    if (with_ctrl) c->ctrl_ns = calloc((size_t)max_runs, sizeof *c->ctrl_ns);
+    if (!c->ns || !c->ts || (with_ctrl && !c->ctrl_ns)) return NULL;
     return c;
 }
 
@@ -814,9 +820,14 @@ static int bench_threads(bench *b, int mi, const kvq_model *model, int threads, 
             const int is_pp = ti < b->prompts.n;
             const int len = (int)(is_pp ? b->prompts.v[ti] : b->gens.v[ti - b->prompts.n]);
             if (len == 0) continue;
+            /* The control runs before and after every other run: f16 A f16 B
+             * ... f16, round after round, and one closing f16. */
+            const int n_other = b->n_cfg - 1;
+            const long ctrl_runs = n_other ? b->reps * n_other + 1 : b->reps;
+            const long n_runs = n_other ? 2 * b->reps * n_other + 1 : b->reps;
             const int first = b->n_cells;
             for (int k = 0; k < b->n_cfg; k++) {
-                cell *c = new_cell(b);
+                cell *c = new_cell(b, k ? b->reps : ctrl_runs, k > 0);
                 if (!c) {
                     fprintf(stderr, "kvq bench: out of memory\n");
                     goto done;
@@ -829,42 +840,57 @@ static int bench_threads(bench *b, int mi, const kvq_model *model, int threads, 
                 c->n_gen = is_pp ? 0 : len;
                 snprintf(c->isa, sizeof c->isa, "%s", kvq_isa_name(kvq_ctx_isa(ctx[k])));
             }
-            for (long r = 0; r < b->reps; r++)
-                for (int k = 0; k < b->n_cfg; k++) {
-                    cell *c = &b->cells[first + k];
-                    char test[48];
-                    snprintf(what, sizeof what, "cell %d/%ld rep %ld/%ld (%s, %s)", first + k + 1,
-                             b->runs_total / b->reps, r + 1, b->reps, b->cfgs[k].label,
+            cell *waiting = NULL; /* the last run's cell, until the next control closes its bracket */
+            double ctrl_before = 0;
+            for (long i = 0; i < n_runs; i++) {
+                const int k = n_other && i % 2 ? 1 + (int)(i / 2 % n_other) : 0;
+                const long rep = n_other ? i / (2 * n_other) : i;
+                cell *c = &b->cells[first + k];
+                char test[48];
+                if (rep == b->reps)
+                    snprintf(what, sizeof what, "cell %d/%ld closing control (%s)", first + 1, b->cells_total,
                              test_name(c, test, sizeof test));
-                    progress(b, what, 1);
-                    const double a0 = kvq_ctx_attn_seconds(ctx[k]);
-                    const double t0 = cli_now();
-                    if (is_pp) {
-                        if (kvq_ctx_eval(ctx[k], prompt_tok, len, logits, 0) != KVQ_OK) {
+                else
+                    snprintf(what, sizeof what, "cell %d/%ld rep %ld/%ld (%s, %s)", first + k + 1, b->cells_total,
+                             rep + 1, b->reps, b->cfgs[k].label, test_name(c, test, sizeof test));
+                progress(b, what, 1);
+                const double a0 = kvq_ctx_attn_seconds(ctx[k]);
+                const double t0 = cli_now();
+                if (is_pp) {
+                    if (kvq_ctx_eval(ctx[k], prompt_tok, len, logits, 0) != KVQ_OK) {
+                        fail_eval(b, test, &b->cfgs[k]);
+                        goto done;
+                    }
+                } else {
+                    for (int j = 0; j < len; j++)
+                        if (kvq_ctx_eval(ctx[k], gen_tok + j, 1, logits, 0) != KVQ_OK) {
                             fail_eval(b, test, &b->cfgs[k]);
                             goto done;
                         }
-                    } else {
-                        for (int i = 0; i < len; i++)
-                            if (kvq_ctx_eval(ctx[k], gen_tok + i, 1, logits, 0) != KVQ_OK) {
-                                fail_eval(b, test, &b->cfgs[k]);
-                                goto done;
-                            }
-                    }
-                    const double t1 = cli_now();
-                    c->ns[c->n_done++] = (t1 - t0) * 1e9;
-                    c->run_s += t1 - t0;
-                    c->attn_s += kvq_ctx_attn_seconds(ctx[k]) - a0;
-                    c->kv_bytes = kvq_ctx_kv_bytes(ctx[k]);
-                    c->kv_bytes_f16 = kvq_ctx_kv_bytes_f16(ctx[k]);
-                    if (kvq_ctx_truncate(ctx[k], d) != KVQ_OK) {
-                        fail_eval(b, "truncate", &b->cfgs[k]);
-                        goto done;
-                    }
-                    b->runs_done++;
-                    b->last_run_s[ti * b->n_cfg + k] = t1 - t0;
-                    b->runs_left[ti * b->n_cfg + k]--;
                 }
+                const double t1 = cli_now();
+                const double ns = (t1 - t0) * 1e9;
+                c->ns[c->n_done] = ns;
+                c->ts[c->n_done++] = len * 1e9 / ns;
+                c->run_s += t1 - t0;
+                c->attn_s += kvq_ctx_attn_seconds(ctx[k]) - a0;
+                c->kv_bytes = kvq_ctx_kv_bytes(ctx[k]);
+                c->kv_bytes_f16 = kvq_ctx_kv_bytes_f16(ctx[k]);
+                if (kvq_ctx_truncate(ctx[k], d) != KVQ_OK) {
+                    fail_eval(b, "truncate", &b->cfgs[k]);
+                    goto done;
+                }
+                if (k == 0) {
+                    if (waiting) waiting->ctrl_ns[waiting->n_done - 1] = 0.5 * (ctrl_before + ns);
+                    waiting = NULL;
+                    ctrl_before = ns;
+                } else {
+                    waiting = c;
+                }
+                b->runs_done++;
+                b->last_run_s[ti * b->n_cfg + k] = t1 - t0;
+                b->runs_left[ti * b->n_cfg + k]--;
+            }
             for (int k = 0; k < b->n_cfg; k++) {
                 cell *c = &b->cells[first + k];
                 c->peak_rss = peak_rss_bytes();
@@ -938,7 +964,7 @@ int cmd_bench(int argc, char **argv) {
         } else if (is(a, "-t", "--threads")) {
             ok = parse_int_list(a, val, 1, 256, &b.threads);
         } else if (is(a, "-r", "--repetitions")) {
-            if (!cli_parse_int(a, val, 1, 1000, &b.reps)) goto done;
+            if (!cli_parse_int(a, val, 1, REPS_MAX, &b.reps)) goto done;
         } else if (is(a, "-o", "--output")) {
             if (!val)
                 ok = 0, fprintf(stderr, "kvq bench: %s needs a value\n", a);
@@ -1021,12 +1047,14 @@ int cmd_bench(int argc, char **argv) {
                     "meaningful, the text would not be\n",
                     max_of(&b.depths), b.models.v[m], b.meta[m].info.n_ctx_train);
     }
+    const long groups = (long)b.models.n * b.threads.n * b.depths.n; /* each measures every test */
     for (int ti = 0; ti < nt; ti++) {
         const long len = ti < b.prompts.n ? b.prompts.v[ti] : b.gens.v[ti - b.prompts.n];
+        if (!len) continue;
+        b.cells_total += groups * b.n_cfg;
         for (int k = 0; k < b.n_cfg; k++)
-            b.runs_left[ti * b.n_cfg + k] = len ? (long)b.models.n * b.threads.n * b.depths.n * b.reps : 0;
+            b.runs_left[ti * b.n_cfg + k] = groups * (k || b.n_cfg == 1 ? b.reps : b.reps * (b.n_cfg - 1) + 1);
     }
-    for (int i = 0; i < nt * b.n_cfg; i++) b.runs_total += b.runs_left[i];
     b.prefill_tok_left = (long)b.models.n * b.threads.n * (b.fill_copy ? 1 : b.n_cfg) * max_of(&b.depths);
     b.is_tty = isatty(STDERR_FILENO);
     b.t_start = cli_now();
@@ -1061,7 +1089,11 @@ int cmd_bench(int argc, char **argv) {
 done:
     if (rc == 1 && b.fmt == FMT_JSON && b.json_rows) printf("\n]\n");
     for (int i = 0; i < n_store; i++) free(store[i]);
-    for (int i = 0; i < b.n_cells; i++) free(b.cells[i].ns);
+    for (int i = 0; i < b.n_cells; i++) {
+        free(b.cells[i].ns);
+        free(b.cells[i].ts);
+        free(b.cells[i].ctrl_ns);
+    }
     free(b.cells);
     for (int m = 0; models && m < b.models.n; m++) kvq_model_free(models[m]);
     free(models);

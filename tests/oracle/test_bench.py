@@ -45,12 +45,14 @@ def test_bench_jsonl_fields_control_and_kv_bytes():
     for row in rows:
         for name, typ in FIELDS.items():
             assert isinstance(row[name], typ), (name, row[name])
-        assert len(row["samples_ts"]) == 2 and len(row["samples_ns"]) == 2
+        # The control runs before and after each of q8_0's 2 runs: 3 runs.
+        n = 3 if row["type_k"] == "f16" else 2
+        assert len(row["samples_ts"]) == n and len(row["samples_ns"]) == n, row
         assert row["avg_ts"] > 0 and row["avg_ns"] > 0 and 0 <= row["attn_frac"] <= 1
         assert row["model_n_params"] > 100_000_000 and row["model_size"] > 50 << 20
         assert row["n_threads"] == 2 and row["isa"] in ("ref", "avx2", "avx512")
         tokens = row["n_prompt"] or row["n_gen"]
-        assert abs(row["avg_ts"] - sum(row["samples_ts"]) / 2) < 1e-3 * row["avg_ts"]
+        assert abs(row["avg_ts"] - sum(row["samples_ts"]) / n) < 1e-3 * row["avg_ts"]
         assert abs(tokens * 1e9 / row["samples_ns"][0] - row["samples_ts"][0]) < 1e-3 * row["samples_ts"][0]
     configs = {(row["type_k"], row["type_v"]) for row in rows}
     assert configs == {("f16", "f16"), ("q8_0", "f16")}, configs
@@ -59,6 +61,27 @@ def test_bench_jsonl_fields_control_and_kv_bytes():
     assert tg32["f16"]["kv_bytes"] == tg32["f16"]["kv_bytes_f16"]
     # Attention over a cache of 36 tokens is a visible share of decode time.
     assert tg32["f16"]["attn_frac"] > 0
+
+
+def test_bench_brackets_every_run_with_the_control():
+    """f16 A f16 B f16 A f16 B f16: each run's vs_f16 pairs it with the mean
+    of the control runs on either side; the reported figure is the median
+    over repetitions. Recomputed here from the samples, in run order."""
+    model = _model()
+    if model is None:
+        return
+    args = ["-p", "0", "-n", "3", "-d", "24", "-r", "3", "-t", "2", "--kv", "q8_0,q4_0", "-o", "jsonl"]
+    r = _bench(args, model)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["kv_preset"] for row in rows] == [None, "q8_0", "q4_0"], rows
+    ctrl = rows[0]["samples_ns"]
+    assert len(ctrl) == 3 * 2 + 1 and rows[0]["vs_f16"] == 1.0, rows[0]
+    for k, row in enumerate(rows[1:]):
+        runs = row["samples_ns"]
+        assert len(runs) == 3
+        ratios = sorted((ctrl[2 * rep + k] + ctrl[2 * rep + k + 1]) / 2 / runs[rep] for rep in range(3))
+        assert abs(row["vs_f16"] - ratios[1]) < 1e-4 * ratios[1], (row["vs_f16"], ratios)
 
 
 def test_bench_adds_f16_control_and_writes_json_csv_md_plot():

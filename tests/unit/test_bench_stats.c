@@ -17,6 +17,19 @@ TEST(bench_mean_sd_matches_hand_values) {
     CHECK(bench_cv(0.0, 1.0) == 0.0);
 }
 
+TEST(bench_median_odd_even_and_unsorted) {
+    double odd[] = {9, 1, 5, 3, 7};
+    CHECKF(bench_median(odd, 5) == 5.0, "median %g", odd[2]);
+    CHECK(odd[0] == 1 && odd[4] == 9);
+    double even[] = {4, 1, 3, 2};
+    CHECKF(bench_median(even, 4) == 2.5, "median %g", bench_median(even, 4));
+    /* One burst-slowed run moves the mean, not the median. */
+    double burst[] = {1.02, 0.98, 1.00, 0.40};
+    CHECKF(fabs(bench_median(burst, 4) - 0.99) < 1e-12, "median %g", bench_median(burst, 4));
+    double one[] = {3.5};
+    CHECK(bench_median(one, 1) == 3.5);
+}
+
 TEST(bench_linfit_recovers_line_and_r2) {
     /* Decode cost at realistic depths: 8 ms + 0.5 ms per 1k tokens. */
     const double d[] = {0, 1024, 4096, 32768, 131072};
