@@ -7,7 +7,9 @@ for cell: the same random token ids (splitmix64, seeds 1/2/3, mod n_vocab),
 the f16/f16 KV config always measured as the control, one context per KV
 config alive for the whole sweep, each depth prefilled once per config and
 every run truncated back to it (llama_memory_seq_rm), one untimed warm-up
-token per depth, repetitions interleaved across configs (A B C A B C ...).
+token per depth, and the control run before and after every other run (f16 A
+f16 B ... f16): each run's vs_f16 is the mean time of the control runs either
+side over its own, and a cell's vs_f16 the median of those over repetitions.
 pp: the prompt evaluated in n_batch chunks at depth d. tg: n tokens evaluated
 one at a time at depth d. llama.cpp runs with flash attention on and type_k /
 type_v set, n_threads = n_threads_batch = -t.
@@ -72,11 +74,12 @@ def parse_args(argv):
         description="kvq bench's sweep with llama.cpp (llama-cpp-python), flash attention on.\n"
         "List options take comma-separated values and may be repeated; the cartesian\n"
         "product is measured. The KV configs are f16/f16 (the control), every\n"
-        "--ctk x --ctv pair, then every --kv name (K = V).",
+        "--ctk x --ctv pair, then every --kv name (K = V). The control runs before\n"
+        "and after every other run (f16 A f16 B ... f16), as in kvq bench.",
         epilog="example: bench/peer -p 512 -n 128 -d 0,4096 --kv f16,q8_0,q4_0 -t 2 -r 3\n"
         "Fields (json/jsonl/csv) are kvq bench's and llama-bench's names plus engine,\n"
         "llama_cpp_python, llama_cpp_build, build_flags, system_info, omp_wait_policy,\n"
-        "median_ts, cv, flash_attn.\n"
+        "median_ts, cv, vs_f16, flash_attn.\n"
         "The first run builds llama.cpp into .venv-peer (see docs/PEERS.md).",
     )
     add = ap.add_argument
@@ -245,6 +248,7 @@ def kv_bytes(mf, ctk, ctv, tokens):
 def stats(cell):
     tokens = cell["n_prompt"] or cell["n_gen"]
     ns = cell["samples_ns"]
+    ctrl = cell.get("ctrl_ns")
     ts = [tokens * 1e9 / x for x in ns]
     sd = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0  # noqa: E731
     avg_ts = statistics.fmean(ts)
@@ -256,6 +260,7 @@ def stats(cell):
         "median_ts": statistics.median(ts),
         "samples_ts": ts,
         "cv": sd(ts) / avg_ts if avg_ts else 0.0,
+        "vs_f16": statistics.median(c / x for c, x in zip(ctrl, ns)) if ctrl else 1.0,
     }
 
 
@@ -347,8 +352,8 @@ def summary(recs, depths):
                     fit = f"| {my - b * mx:.3f} | {b * 1e3:.3f} | {r2:.3f} "
             ratios = []
             for d in depths:
-                c, f = by.get((k, v, d)), by.get(("f16", "f16", d))
-                ratios.append(f"{c['avg_ts'] / f['avg_ts']:.2f}x" if c and f else "–")
+                c = by.get((k, v, d))
+                ratios.append(f"{c['vs_f16']:.2f}x" if c else "–")
             print(f"| {k}/{v} " + fit + "| " + " | ".join(ratios) + " |")
     pp_summary(recs, depths)
 
@@ -370,9 +375,9 @@ def pp_summary(recs, depths):
         for k, v in cfgs:
             tps, ratios = [], []
             for d in depths:
-                c, f = by.get((k, v, d)), by.get(("f16", "f16", d))
+                c = by.get((k, v, d))
                 tps.append(f"{c['avg_ts']:.1f}" if c else "–")
-                ratios.append(f"{c['avg_ts'] / f['avg_ts']:.2f}x" if c and f else "–")
+                ratios.append(f"{c['vs_f16']:.2f}x" if c else "–")
             print(f"| {k}/{v} | " + " | ".join(tps) + " | " + " | ".join(ratios) + " |")
 
 
@@ -402,17 +407,34 @@ def bench_threads(lc, a, mf, threads, arrs, out, recs, t0):
                 cells = [
                     {"n_prompt": n_prompt, "n_gen": n_gen, "n_depth": d, "samples_ns": []} for _ in a.cfgs
                 ]
-                for r in range(a.repetitions):
-                    for ci, ((k, v), c) in enumerate(zip(a.cfgs, ctxs)):
-                        progress(f"{k}/{v} {test_name(cells[ci])} rep {r + 1}/{a.repetitions}", t0)
-                        s = time.perf_counter_ns()
-                        if n_prompt:
-                            c.eval(prompt_arr, 0, n_prompt)
-                        else:
-                            for i in range(n_gen):
-                                c.eval(gen_arr, i, 1)
-                        cells[ci]["samples_ns"].append(time.perf_counter_ns() - s)
-                        c.truncate(d)
+                for cell in cells[1:]:
+                    cell["ctrl_ns"] = []
+                # f16 A f16 B ... f16, round after round, and one closing f16.
+                reps, n_other = a.repetitions, len(a.cfgs) - 1
+                if n_other:
+                    order = [(r, ci) for r in range(reps) for x in range(1, n_other + 1) for ci in (0, x)]
+                    order.append((reps - 1, 0))
+                else:
+                    order = [(r, 0) for r in range(reps)]
+                waiting, before = None, 0
+                for r, ci in order:
+                    (k, v), c = a.cfgs[ci], ctxs[ci]
+                    progress(f"{k}/{v} {test_name(cells[ci])} rep {r + 1}/{a.repetitions}", t0)
+                    s = time.perf_counter_ns()
+                    if n_prompt:
+                        c.eval(prompt_arr, 0, n_prompt)
+                    else:
+                        for i in range(n_gen):
+                            c.eval(gen_arr, i, 1)
+                    ns = time.perf_counter_ns() - s
+                    cells[ci]["samples_ns"].append(ns)
+                    c.truncate(d)
+                    if ci == 0:
+                        if waiting:
+                            waiting["ctrl_ns"].append((before + ns) / 2)
+                        waiting, before = None, ns
+                    else:
+                        waiting = cells[ci]
                 for (k, v), cell in zip(a.cfgs, cells):
                     st = stats(cell)
                     rec = {
@@ -442,6 +464,7 @@ def bench_threads(lc, a, mf, threads, arrs, out, recs, t0):
                         "avg_ts": st["avg_ts"],
                         "stddev_ts": st["stddev_ts"],
                         "median_ts": st["median_ts"],
+                        "vs_f16": st["vs_f16"],
                         "samples_ns": cell["samples_ns"],
                         "samples_ts": st["samples_ts"],
                         "kv_bytes": kv_bytes(mf, k, v, d + n_prompt + n_gen),

@@ -179,8 +179,14 @@ typedef struct {
     double t_start;
     double *last_run_s;            /* (n_tests, n_cfg): the latest run's seconds, for the ETA */
     long *runs_left;               /* (n_tests, n_cfg) */
-    double prefill_s, prefill_tok; /* measured prefill time and tokens */
-    long prefill_tok_left;
+    /* Prefill for the ETA: a token at position t costs about a + b t (the
+     * weights, then attention over the t tokens before it); a is measured
+     * as the time outside attention per token, b as attention's time per
+     * token-position. One average rate had the deep prefills, where
+     * attention is most of the time, run minutes past the estimate. */
+    double prefill_rest_s, prefill_attn_s; /* measured: outside attention, in it */
+    double prefill_tok, prefill_pos;       /* measured: tokens, the sum of their positions */
+    double prefill_tok_left, prefill_pos_left;
 } bench;
 
 static int add_cfg(bench *b, const char *ctk, const char *ctv, const char *preset) {
@@ -703,6 +709,9 @@ static int write_plot(const bench *b, const char *path) {
 
 /* ------------------------------------------------------------ progress */
 
+/* The sum of the positions t0 .. t1 - 1. */
+static double positions(long t0, long t1) { return 0.5 * (double)(t1 - t0) * (double)(t0 + t1 - 1); }
+
 /* On a terminal the line is rewritten in place for every run; in a log, one
  * line per cell (its first repetition) and per prefill. */
 static void progress(bench *b, const char *what, int log_it) {
@@ -711,7 +720,8 @@ static void progress(bench *b, const char *what, int log_it) {
     double eta = 0, mean = b->runs_done ? el / (double)b->runs_done : 0;
     const int nt = b->prompts.n + b->gens.n;
     for (int i = 0; i < nt * b->n_cfg; i++) eta += b->runs_left[i] * (b->last_run_s[i] > 0 ? b->last_run_s[i] : mean);
-    if (b->prefill_tok > 0) eta += b->prefill_tok_left * b->prefill_s / b->prefill_tok;
+    if (b->prefill_tok > 0) eta += b->prefill_tok_left * b->prefill_rest_s / b->prefill_tok;
+    if (b->prefill_pos > 0) eta += b->prefill_pos_left * b->prefill_attn_s / b->prefill_pos;
     char line[256];
     snprintf(line, sizeof line, "%s | %.1f s elapsed, ETA %.0f s", what, el, eta);
     if (b->is_tty)
@@ -800,14 +810,19 @@ static int bench_threads(bench *b, int mi, const kvq_model *model, int threads, 
             } else if (d > depth_now) {
                 snprintf(what, sizeof what, "prefill %s to depth %d", b->cfgs[k].label, d);
                 progress(b, what, 1);
-                const double t0 = cli_now();
+                const double a0 = kvq_ctx_attn_seconds(ctx[k]), t0 = cli_now();
                 if (kvq_ctx_eval(ctx[k], depth_tok + depth_now, d - depth_now, NULL, 0) != KVQ_OK) {
                     fail_eval(b, "prefill", &b->cfgs[k]);
                     goto done;
                 }
-                b->prefill_s += cli_now() - t0;
-                b->prefill_tok += d - depth_now;
-                b->prefill_tok_left -= d - depth_now;
+                const double attn = kvq_ctx_attn_seconds(ctx[k]) - a0, tok = d - depth_now;
+                const double pos = positions(depth_now, d);
+                b->prefill_rest_s += cli_now() - t0 - attn;
+                b->prefill_attn_s += attn;
+                b->prefill_tok += tok;
+                b->prefill_pos += pos;
+                b->prefill_tok_left -= tok;
+                b->prefill_pos_left -= pos;
             }
             /* Warm-up: one untimed token, so first-touch costs stay out of the runs. */
             if (kvq_ctx_eval(ctx[k], gen_tok, 1, logits, 0) != KVQ_OK || kvq_ctx_truncate(ctx[k], d) != KVQ_OK) {
@@ -1055,7 +1070,9 @@ int cmd_bench(int argc, char **argv) {
         for (int k = 0; k < b.n_cfg; k++)
             b.runs_left[ti * b.n_cfg + k] = groups * (k || b.n_cfg == 1 ? b.reps : b.reps * (b.n_cfg - 1) + 1);
     }
-    b.prefill_tok_left = (long)b.models.n * b.threads.n * (b.fill_copy ? 1 : b.n_cfg) * max_of(&b.depths);
+    const double prefills = (double)b.models.n * b.threads.n * (b.fill_copy ? 1 : b.n_cfg);
+    b.prefill_tok_left = prefills * (double)max_of(&b.depths);
+    b.prefill_pos_left = prefills * positions(0, max_of(&b.depths));
     b.is_tty = isatty(STDERR_FILENO);
     b.t_start = cli_now();
 
