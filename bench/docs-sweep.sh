@@ -1,8 +1,9 @@
 #!/bin/sh
 # Re-runs every measurement the tables in docs/ come from (PERF.md, BENCH.md,
 # CODECS.md, PEERS.md), on the default model with 2 threads, into OUT
-# (default build/sweep/). Run it on a quiet machine: ~40 minutes, plus ~17 the
-# first time `peer` builds llama.cpp (scripts/setup-peer.sh).
+# (default build/sweep/). Run it on a quiet machine: about an hour (the bench
+# part ~35 minutes on a 2-core AVX2 host), plus ~17 the first time `peer`
+# builds llama.cpp (scripts/setup-peer.sh).
 # Usage: bench/docs-sweep.sh [OUT] [PARTS]   PARTS: any of codecs perf attn prefill bench konly peer (default all)
 set -eu
 out=${1:-build/sweep}
