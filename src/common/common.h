@@ -70,6 +70,12 @@ size_t kvq_cgroup_room(const char *limit, const char *usage, const char *stat);
  * returns the mount point's length, or 0 for any other line (or a dir too small). */
 size_t kvq_cgroup_mount_dir(const char *cgroup, const char *line, char *dir, size_t size);
 
+/* The least room the cgroups from directory dir up to its hierarchy's mount
+ * point (dir's first mount_len bytes) leave, counting v2's memory.high as a
+ * limit too; SIZE_MAX where none has one. dir is cut back as the walk goes
+ * up. */
+size_t kvq_cgroup_hierarchy_room(char *dir, size_t mount_len);
+
 /* One block kept between calls of a hot path (attention's per-call buffers:
  * mapped, faulted and zeroed afresh they were 14% of a prefill). take
  * returns it when it holds size bytes (else frees it and allocates a new

@@ -8,7 +8,10 @@
  * cgroup from the process's own up to its hierarchy's mount leaves: v2
  * memory.max - memory.current, v1 memory.limit_in_bytes -
  * memory.usage_in_bytes, each plus the cgroup's inactive file pages, which
- * the kernel reclaims before it kills. */
+ * the kernel reclaims before it kills. v2's memory.high counts as a limit
+ * too: past it the kernel does not kill but throttles the cgroup and
+ * reclaims its pages, and a KV cache or model paged out and back each
+ * token runs orders of magnitude slower than a refused context. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,23 +91,24 @@ size_t kvq_cgroup_mount_dir(const char *cgroup, const char *line, char *dir, siz
     return 0;
 }
 
-/* The least room a cgroup from dir up to the mount point (its first
- * mount_len bytes) leaves; SIZE_MAX where none has a limit. */
-static size_t hierarchy_room(char *dir, size_t mount_len) {
-    static const char *const files[2][2] = {{"memory.max", "memory.current"},
-                                            {"memory.limit_in_bytes", "memory.usage_in_bytes"}};
+size_t kvq_cgroup_hierarchy_room(char *dir, size_t mount_len) {
+    /* per version: the limit files, then the usage file */
+    static const char *const files[2][3] = {{"memory.max", "memory.high", "memory.current"},
+                                            {"memory.limit_in_bytes", NULL, "memory.usage_in_bytes"}};
     char path[640], limit[64], usage[64];
     char *stat = malloc(16384);
     size_t room = SIZE_MAX;
     for (;;) {
         for (int v = 0; v < 2; v++) {
-            snprintf(path, sizeof path, "%s/%s", dir, files[v][0]);
-            if (!read_text(path, limit, sizeof limit)) continue;
-            snprintf(path, sizeof path, "%s/%s", dir, files[v][1]);
+            snprintf(path, sizeof path, "%s/%s", dir, files[v][2]);
             if (!read_text(path, usage, sizeof usage)) continue;
             snprintf(path, sizeof path, "%s/memory.stat", dir);
-            const size_t r = kvq_cgroup_room(limit, usage, stat && read_text(path, stat, 16384) ? stat : NULL);
-            if (r < room) room = r;
+            const char *st = stat && read_text(path, stat, 16384) ? stat : NULL;
+            for (int l = 0; l < 2 && files[v][l]; l++) {
+                snprintf(path, sizeof path, "%s/%s", dir, files[v][l]);
+                const size_t r = read_text(path, limit, sizeof limit) ? kvq_cgroup_room(limit, usage, st) : SIZE_MAX;
+                if (r < room) room = r;
+            }
             break;
         }
         char *slash = strrchr(dir, '/');
@@ -128,7 +132,7 @@ size_t kvq_mem_available(void) {
         if (!starts) continue;
         const size_t mount_len = kvq_cgroup_mount_dir(cgroup, line, dir, sizeof dir);
         if (!mount_len) continue;
-        size_t room = hierarchy_room(dir, mount_len);
+        size_t room = kvq_cgroup_hierarchy_room(dir, mount_len);
         if (room == 0) room = 1; /* full: the callers read 0 as "unknown" */
         if (room != SIZE_MAX && (!avail || room < avail)) avail = room;
     }

@@ -472,6 +472,69 @@ TEST(cgroup_mount_dir_finds_the_process_cgroup) {
     CHECK(kvq_mem_available() > 0);
 }
 
+static void write_cg(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* The walk up a cgroup tree: every level from the process's cgroup to the
+ * mount point counts (the tightest wins), nothing above the mount, and v2's
+ * memory.high is a limit as memory.max is. */
+TEST(cgroup_hierarchy_room_walks_up_to_the_mount) {
+    char top[] = "/tmp/kvq-cgroup-XXXXXX";
+    CHECK(mkdtemp(top) != NULL);
+    char mnt[64], a[80], b[96], dir[256];
+    snprintf(mnt, sizeof mnt, "%s/mnt", top);
+    snprintf(a, sizeof a, "%s/a", mnt);
+    snprintf(b, sizeof b, "%s/b", a);
+    CHECK(mkdir(mnt, 0700) == 0 && mkdir(a, 0700) == 0 && mkdir(b, 0700) == 0);
+    const size_t mib = (size_t)1 << 20;
+    write_cg(top, "memory.max", "1048576\n"); /* above the mount: never read */
+    write_cg(top, "memory.current", "0\n");
+    write_cg(a, "memory.max", "1073741824\n"); /* 1024 MiB, 600 used: 424 */
+    write_cg(a, "memory.current", "629145600\n");
+    write_cg(b, "memory.max", "max\n");
+    write_cg(b, "memory.current", "524288000\n"); /* 500 MiB, 100 of it inactive file pages */
+    write_cg(b, "memory.stat", "anon 1\ninactive_file 104857600\n");
+    snprintf(dir, sizeof dir, "%s", b);
+    CHECK(kvq_cgroup_hierarchy_room(dir, strlen(mnt)) == 424 * mib);
+    write_cg(b, "memory.high", "838860800\n"); /* 800 MiB: 800 - (500 - 100) */
+    snprintf(dir, sizeof dir, "%s", b);
+    CHECK(kvq_cgroup_hierarchy_room(dir, strlen(mnt)) == 400 * mib);
+    write_cg(mnt, "memory.max", "1258291200\n"); /* the mount itself: 1200 MiB, 1000 used */
+    write_cg(mnt, "memory.current", "1048576000\n");
+    snprintf(dir, sizeof dir, "%s", b);
+    CHECK(kvq_cgroup_hierarchy_room(dir, strlen(mnt)) == 200 * mib);
+    /* v1 files at a level without v2's */
+    snprintf(dir, sizeof dir, "%s", a);
+    write_cg(a, "memory.max", "max\n");
+    write_cg(mnt, "memory.max", "max\n");
+    CHECK(kvq_cgroup_hierarchy_room(dir, strlen(mnt)) == SIZE_MAX);
+    char v1[80];
+    snprintf(v1, sizeof v1, "%s/v1", mnt);
+    CHECK(mkdir(v1, 0700) == 0);
+    write_cg(v1, "memory.limit_in_bytes", "314572800\n");
+    write_cg(v1, "memory.usage_in_bytes", "104857600\n");
+    snprintf(dir, sizeof dir, "%s", v1);
+    CHECK(kvq_cgroup_hierarchy_room(dir, strlen(mnt)) == 200 * mib);
+    const char *files[] = {"memory.max", "memory.high", "memory.current", "memory.stat", "memory.limit_in_bytes",
+                           "memory.usage_in_bytes"};
+    const char *dirs[] = {b, a, v1, mnt, top};
+    for (int i = 0; i < 5; i++) {
+        for (int j = 0; j < 6; j++) {
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s", dirs[i], files[j]);
+            unlink(path);
+        }
+        rmdir(dirs[i]);
+    }
+}
+
 TEST(ctx_create_refuses_what_does_not_fit_or_is_out_of_range) {
     kvq_model *m = tiny();
     if (!m) return;
