@@ -330,6 +330,8 @@ typedef struct {
 
 static void stats_of(const cell *c, cell_stats *s) {
     const int n = c->n_done;
+    memset(s, 0, sizeof *s);
+    if (n == 0) return; /* a cell a failed run left empty */
     bench_mean_sd(c->ns, n, &s->avg_ns, &s->sd_ns);
     bench_mean_sd(c->ts, n, &s->avg_ts, &s->sd_ts);
     s->cv = bench_cv(s->avg_ts, s->sd_ts);
