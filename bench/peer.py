@@ -79,7 +79,7 @@ def parse_args(argv):
         epilog="example: bench/peer -p 512 -n 128 -d 0,4096 --kv f16,q8_0,q4_0 -t 2 -r 3\n"
         "Fields (json/jsonl/csv) are kvq bench's and llama-bench's names plus engine,\n"
         "llama_cpp_python, llama_cpp_build, build_flags, system_info, omp_wait_policy,\n"
-        "median_ts, cv, vs_f16, flash_attn.\n"
+        "median_ts, cv, vs_f16, vs_f16_cv, flash_attn.\n"
         "The first run builds llama.cpp into .venv-peer (see docs/PEERS.md).",
     )
     add = ap.add_argument
@@ -248,7 +248,7 @@ def kv_bytes(mf, ctk, ctv, tokens):
 def stats(cell):
     tokens = cell["n_prompt"] or cell["n_gen"]
     ns = cell["samples_ns"]
-    ctrl = cell.get("ctrl_ns")
+    ratios = [c / x for c, x in zip(cell.get("ctrl_ns") or [], ns)]
     ts = [tokens * 1e9 / x for x in ns]
     sd = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0  # noqa: E731
     avg_ts = statistics.fmean(ts)
@@ -260,7 +260,8 @@ def stats(cell):
         "median_ts": statistics.median(ts),
         "samples_ts": ts,
         "cv": sd(ts) / avg_ts if avg_ts else 0.0,
-        "vs_f16": statistics.median(c / x for c, x in zip(ctrl, ns)) if ctrl else 1.0,
+        "vs_f16": statistics.median(ratios) if ratios else 1.0,
+        "vs_f16_cv": statistics.stdev(ratios) / statistics.fmean(ratios) if len(ratios) > 1 else 0.0,
     }
 
 
@@ -353,7 +354,7 @@ def summary(recs, depths):
             ratios = []
             for d in depths:
                 c = by.get((k, v, d))
-                ratios.append(f"{c['vs_f16']:.2f}x" if c else "–")
+                ratios.append(f"{c['vs_f16']:.2f}x{' (!)' if c['vs_f16_cv'] > CV_WARN else ''}" if c else "–")
             print(f"| {k}/{v} " + fit + "| " + " | ".join(ratios) + " |")
     pp_summary(recs, depths)
 
@@ -377,7 +378,7 @@ def pp_summary(recs, depths):
             for d in depths:
                 c = by.get((k, v, d))
                 tps.append(f"{c['avg_ts']:.1f}" if c else "–")
-                ratios.append(f"{c['vs_f16']:.2f}x" if c else "–")
+                ratios.append(f"{c['vs_f16']:.2f}x{' (!)' if c['vs_f16_cv'] > CV_WARN else ''}" if c else "–")
             print(f"| {k}/{v} | " + " | ".join(tps) + " | " + " | ".join(ratios) + " |")
 
 
@@ -465,6 +466,7 @@ def bench_threads(lc, a, mf, threads, arrs, out, recs, t0):
                         "stddev_ts": st["stddev_ts"],
                         "median_ts": st["median_ts"],
                         "vs_f16": st["vs_f16"],
+                        "vs_f16_cv": st["vs_f16_cv"],
                         "samples_ns": cell["samples_ns"],
                         "samples_ts": st["samples_ts"],
                         "kv_bytes": kv_bytes(mf, k, v, d + n_prompt + n_gen),
@@ -508,6 +510,9 @@ def main(argv):
         bad = [r for r in recs if r["cv"] > CV_WARN]
         if bad:
             print(f"\n(!) CV > {CV_WARN:.0%} in {len(bad)} cells: the machine was not quiet; rerun or add -r.")
+        paired = [r for r in recs if r["vs_f16_cv"] > CV_WARN]
+        if paired:
+            print(f"(!) after a vs f16: its paired ratios' CV > {CV_WARN:.0%} ({len(paired)} cells).")
     return 0
 
 

@@ -76,13 +76,14 @@ static void usage(FILE *f) {
                "config's context is alive at once), isa, attn_frac (share of the run's time\n"
                "spent in fused attention over the cache), cv (stddev_ts / avg_ts), vs_f16\n"
                "(speed over the f16 control's: the median over repetitions of the bracketing\n"
-               "control runs' mean time over the run's time; 1 for the control).\n"
+               "control runs' mean time over the run's time; 1 for the control), vs_f16_cv\n"
+               "(the CV of those paired ratios; 0 for the control).\n"
                "\n"
                "The md summary fits, per KV config, decode ms/token = a + b x depth over the\n"
                "depths measured (b in ms per 1k KV tokens, with R^2), and gives vs_f16 for tg\n"
                "and the KV MiB at each depth; for each -p size, the pp t/s and its vs_f16 at\n"
-               "each depth. Cells whose CV exceeds 5%% are flagged. A progress line goes to\n"
-               "stderr.\n"
+               "each depth. Cells whose CV exceeds 5%% are flagged, and so is a vs_f16 whose\n"
+               "paired ratios' CV does. A progress line goes to stderr.\n"
                "\n"
                "example: kvq bench -p 512 -n 128 -d 0,4096,32768 --kv f16,q8_0,turbo4 -r 3 \\\n"
                "             --plot tg.svg\n"
@@ -326,6 +327,7 @@ static void csv_str(FILE *f, const char *s) {
 typedef struct {
     double avg_ns, sd_ns, avg_ts, sd_ts, cv, attn_frac;
     double vs_f16; /* speed over the control's, paired run by run; 1 for the control */
+    double vs_cv;  /* the paired ratios' CV; 0 for the control */
 } cell_stats;
 
 static void stats_of(const cell *c, cell_stats *s) {
@@ -340,8 +342,10 @@ static void stats_of(const cell *c, cell_stats *s) {
     if (c->ctrl_ns) {
         /* The median: one run hit by a burst of outside load moves a mean
          * ratio, not the median. A config's cell holds at most REPS_MAX runs. */
-        double ratio[REPS_MAX];
+        double ratio[REPS_MAX], mean, sd;
         for (int i = 0; i < n; i++) ratio[i] = c->ctrl_ns[i] / c->ns[i];
+        bench_mean_sd(ratio, n, &mean, &sd);
+        s->vs_cv = bench_cv(mean, sd);
         s->vs_f16 = bench_median(ratio, n);
     }
 }
@@ -387,7 +391,7 @@ static void write_row(bench *b, const cell *c) {
         if (b->json_rows++ == 0)
             printf("model_filename,model_type,model_size,model_n_params,backends,n_batch,n_threads,type_k,type_v,"
                    "kv_preset,n_prompt,n_gen,n_depth,test_time,avg_ns,stddev_ns,avg_ts,stddev_ts,samples_ts,"
-                   "kv_bytes,kv_bytes_f16,peak_rss_bytes,isa,attn_frac,cv,vs_f16\n");
+                   "kv_bytes,kv_bytes_f16,peak_rss_bytes,isa,attn_frac,cv,vs_f16,vs_f16_cv\n");
         csv_str(f, mm->path);
         fputc(',', f);
         csv_str(f, mm->type);
@@ -401,8 +405,8 @@ static void write_row(bench *b, const cell *c) {
         printf(",%d,%d,%d,\"%s\",%.0f,%.0f,%.6f,%.6f,\"", c->n_prompt, c->n_gen, c->depth, c->test_time, s.avg_ns,
                s.sd_ns, s.avg_ts, s.sd_ts);
         for (int i = 0; i < c->n_done; i++) printf("%s%.6f", i ? ";" : "", c->ts[i]);
-        printf("\",%zu,%zu,%zu,\"%s\",%.6f,%.6f,%.6f\n", c->kv_bytes, c->kv_bytes_f16, c->peak_rss, c->isa,
-               s.attn_frac, s.cv, s.vs_f16);
+        printf("\",%zu,%zu,%zu,\"%s\",%.6f,%.6f,%.6f,%.6f\n", c->kv_bytes, c->kv_bytes_f16, c->peak_rss, c->isa,
+               s.attn_frac, s.cv, s.vs_f16, s.vs_cv);
     } else {
         if (b->fmt == FMT_JSON) printf(b->json_rows ? ",\n  " : "[\n  ");
         b->json_rows++;
@@ -428,8 +432,8 @@ static void write_row(bench *b, const cell *c) {
         printf("], \"samples_ts\": [");
         for (int i = 0; i < c->n_done; i++) printf("%s%.6f", i ? ", " : "", c->ts[i]);
         printf("], \"kv_bytes\": %zu, \"kv_bytes_f16\": %zu, \"peak_rss_bytes\": %zu, \"isa\": \"%s\", "
-               "\"attn_frac\": %.6f, \"cv\": %.6f, \"vs_f16\": %.6f}",
-               c->kv_bytes, c->kv_bytes_f16, c->peak_rss, c->isa, s.attn_frac, s.cv, s.vs_f16);
+               "\"attn_frac\": %.6f, \"cv\": %.6f, \"vs_f16\": %.6f, \"vs_f16_cv\": %.6f}",
+               c->kv_bytes, c->kv_bytes_f16, c->peak_rss, c->isa, s.attn_frac, s.cv, s.vs_f16, s.vs_cv);
         if (b->fmt == FMT_JSONL) printf("\n");
     }
     fflush(stdout);
@@ -439,6 +443,13 @@ static void write_row(bench *b, const cell *c) {
 static void print_cells(int nd, const int *have, const double *v, const char *fmt) {
     for (int i = 0; i < nd; i++)
         if (have[i]) printf(fmt, v[i]);
+        else printf(" |");
+}
+
+/* One md cell per depth: vs_f16, flagged where its paired ratios' CV exceeds CV_WARN. */
+static void print_ratios(int nd, const int *have, const double *vs, const double *vs_cv) {
+    for (int i = 0; i < nd; i++)
+        if (have[i]) printf(" %.3f%s |", vs[i], vs_cv[i] > CV_WARN ? " (!)" : "");
         else printf(" |");
 }
 
@@ -455,7 +466,7 @@ static void summarize_group(const bench *b, int model, int threads, int n_gen) {
     for (int i = 0; i < 2 * nd + 1; i++) printf("---:|");
     printf("\n");
     for (int cfg = 0; cfg < b->n_cfg; cfg++) {
-        double x[LIST_MAX], y[LIST_MAX], vs[LIST_MAX], mib[LIST_MAX], attn_last = -1;
+        double x[LIST_MAX], y[LIST_MAX], vs[LIST_MAX], vs_cv[LIST_MAX], mib[LIST_MAX], attn_last = -1;
         int have[LIST_MAX] = {0}, n = 0;
         for (int i = 0; i < b->n_cells; i++) {
             const cell *c = &b->cells[i];
@@ -470,6 +481,7 @@ static void summarize_group(const bench *b, int model, int threads, int n_gen) {
             y[n++] = s.avg_ns / 1e6 / n_gen;
             have[di] = 1;
             vs[di] = s.vs_f16;
+            vs_cv[di] = s.vs_cv;
             mib[di] = c->kv_bytes / 1048576.0;
             if (di == nd - 1) attn_last = s.attn_frac;
         }
@@ -481,7 +493,7 @@ static void summarize_group(const bench *b, int model, int threads, int n_gen) {
             printf(" %.3f | n/a (one depth) | |", y[0]);
         else
             printf(" | | |");
-        print_cells(nd, have, vs, " %.3f |");
+        print_ratios(nd, have, vs, vs_cv);
         print_cells(nd, have, mib, " %.2f |");
         if (attn_last >= 0)
             printf(" %.1f |\n", 100.0 * attn_last);
@@ -501,7 +513,7 @@ static void summarize_pp_group(const bench *b, int model, int threads, int n_pro
     for (int i = 0; i < 2 * nd; i++) printf("---:|");
     printf("\n");
     for (int cfg = 0; cfg < b->n_cfg; cfg++) {
-        double ts[LIST_MAX], vs[LIST_MAX];
+        double ts[LIST_MAX], vs[LIST_MAX], vs_cv[LIST_MAX];
         int have[LIST_MAX] = {0};
         for (int i = 0; i < b->n_cells; i++) {
             const cell *c = &b->cells[i];
@@ -514,10 +526,11 @@ static void summarize_pp_group(const bench *b, int model, int threads, int n_pro
             have[di] = 1;
             ts[di] = s.avg_ts;
             vs[di] = s.vs_f16;
+            vs_cv[di] = s.vs_cv;
         }
         printf("| %s |", b->cfgs[cfg].label);
         print_cells(nd, have, ts, " %.1f |");
-        print_cells(nd, have, vs, " %.3f |");
+        print_ratios(nd, have, vs, vs_cv);
         printf("\n");
     }
 }
@@ -530,8 +543,9 @@ static void print_summary(const bench *b) {
             for (int p = 0; p < b->prompts.n; p++)
                 if (b->prompts.v[p] > 0) summarize_pp_group(b, m, (int)b->threads.v[t], (int)b->prompts.v[p]);
         }
-    printf("\nKV MiB: the cache after depth + n_gen tokens. vs f16: speed over the f16/f16 control's, run by run\n"
-           "(the median over repetitions of the mean time of the control runs either side over the run's time).\n"
+    printf("\nKV MiB: the cache after depth + n_gen tokens. vs f16: speed over the f16/f16 control's, run by run:\n"
+           "the median over repetitions of the mean time of the control runs either side over the run's time,\n"
+           "(!) where those paired ratios' CV exceeds 5%%.\n"
            "attn %%: share of decode time in fused attention over the cache.\n");
     int noisy = 0;
     for (int i = 0; i < b->n_cells; i++) {

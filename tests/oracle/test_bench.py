@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import os
+import statistics
 import subprocess
 
 import kvqlib
@@ -17,7 +18,7 @@ FIELDS = {
     "n_depth": int, "test_time": str, "avg_ns": (int, float), "stddev_ns": (int, float),
     "avg_ts": float, "stddev_ts": float, "samples_ns": list, "samples_ts": list,
     "kv_bytes": int, "kv_bytes_f16": int, "peak_rss_bytes": int, "isa": str,
-    "attn_frac": float, "cv": float,
+    "attn_frac": float, "cv": float, "vs_f16": float, "vs_f16_cv": float,
 }
 
 
@@ -76,12 +77,14 @@ def test_bench_brackets_every_run_with_the_control():
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [row["kv_preset"] for row in rows] == [None, "q8_0", "q4_0"], rows
     ctrl = rows[0]["samples_ns"]
-    assert len(ctrl) == 3 * 2 + 1 and rows[0]["vs_f16"] == 1.0, rows[0]
+    assert len(ctrl) == 3 * 2 + 1 and rows[0]["vs_f16"] == 1.0 and rows[0]["vs_f16_cv"] == 0.0, rows[0]
     for k, row in enumerate(rows[1:]):
         runs = row["samples_ns"]
         assert len(runs) == 3
         ratios = sorted((ctrl[2 * rep + k] + ctrl[2 * rep + k + 1]) / 2 / runs[rep] for rep in range(3))
         assert abs(row["vs_f16"] - ratios[1]) < 1e-4 * ratios[1], (row["vs_f16"], ratios)
+        cv = statistics.stdev(ratios) / statistics.fmean(ratios)
+        assert abs(row["vs_f16_cv"] - cv) < 1e-4 + 1e-3 * cv, (row["vs_f16_cv"], cv)
 
 
 def test_bench_adds_f16_control_and_writes_json_csv_md_plot():
@@ -109,7 +112,7 @@ def test_bench_adds_f16_control_and_writes_json_csv_md_plot():
     assert pp[0] == "| KV | pp t/s @ d0 | pp t/s @ d16 | vs f16 @ d0 | vs f16 @ d16 |", pp
     assert pp[2].startswith("| f16/f16 |") and pp[2].endswith("| 1.000 | 1.000 |"), pp
     q4 = pp[3].strip("|").split("|")
-    assert q4[0].strip() == "q4_0" and all(float(v) > 0 for v in q4[1:]), pp
+    assert q4[0].strip() == "q4_0" and all(float(v.replace("(!)", "")) > 0 for v in q4[1:]), pp
     with open(plot) as f:
         svg = f.read()
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
