@@ -739,7 +739,10 @@ static void progress(bench *b, const char *what, int log_it) {
     if (b->prefill_tok > 0) eta += b->prefill_tok_left * b->prefill_rest_s / b->prefill_tok;
     if (b->prefill_pos > 0) eta += b->prefill_pos_left * b->prefill_attn_s / b->prefill_pos;
     char line[256];
-    snprintf(line, sizeof line, "%s | %.1f s elapsed, ETA %.0f s", what, el, eta);
+    if (b->runs_done || b->prefill_tok > 0)
+        snprintf(line, sizeof line, "%s | %.1f s elapsed, ETA %.0f s", what, el, eta);
+    else /* nothing measured yet to estimate from */
+        snprintf(line, sizeof line, "%s | %.1f s elapsed, ETA after the first piece", what, el);
     if (b->is_tty)
         fprintf(stderr, "\r%s\033[K", line);
     else
@@ -824,21 +827,28 @@ static int bench_threads(bench *b, int mi, const kvq_model *model, int threads, 
                     goto done;
                 }
             } else if (d > depth_now) {
-                snprintf(what, sizeof what, "prefill %s to depth %d", b->cfgs[k].label, d);
-                progress(b, what, 1);
-                const double a0 = kvq_ctx_attn_seconds(ctx[k]), t0 = cli_now();
-                if (kvq_ctx_eval(ctx[k], depth_tok + depth_now, d - depth_now, NULL, 0) != KVQ_OK) {
-                    fail_eval(b, "prefill", &b->cfgs[k]);
-                    goto done;
+                /* In pieces, so a deep prefill shows progress and the ETA
+                 * learns from its first piece; whole batches, so the
+                 * forward pass splits the tokens where one call would. */
+                const int n_batch = b->mo.ctx.n_batch ? b->mo.ctx.n_batch : 256;
+                const int piece = n_batch * (4096 / n_batch > 1 ? 4096 / n_batch : 1);
+                for (int t = depth_now; t < d; t += piece) {
+                    const int t1 = d - t < piece ? d : t + piece;
+                    snprintf(what, sizeof what, "prefill %s to depth %d (%d done)", b->cfgs[k].label, d, t);
+                    progress(b, what, 1);
+                    const double a0 = kvq_ctx_attn_seconds(ctx[k]), t0 = cli_now();
+                    if (kvq_ctx_eval(ctx[k], depth_tok + t, t1 - t, NULL, 0) != KVQ_OK) {
+                        fail_eval(b, "prefill", &b->cfgs[k]);
+                        goto done;
+                    }
+                    const double attn = kvq_ctx_attn_seconds(ctx[k]) - a0, tok = t1 - t, pos = positions(t, t1);
+                    b->prefill_rest_s += cli_now() - t0 - attn;
+                    b->prefill_attn_s += attn;
+                    b->prefill_tok += tok;
+                    b->prefill_pos += pos;
+                    b->prefill_tok_left -= tok;
+                    b->prefill_pos_left -= pos;
                 }
-                const double attn = kvq_ctx_attn_seconds(ctx[k]) - a0, tok = d - depth_now;
-                const double pos = positions(depth_now, d);
-                b->prefill_rest_s += cli_now() - t0 - attn;
-                b->prefill_attn_s += attn;
-                b->prefill_tok += tok;
-                b->prefill_pos += pos;
-                b->prefill_tok_left -= tok;
-                b->prefill_pos_left -= pos;
             }
             /* Warm-up: one untimed token, so first-touch costs stay out of the runs. */
             if (kvq_ctx_eval(ctx[k], gen_tok, 1, logits, 0) != KVQ_OK || kvq_ctx_truncate(ctx[k], d) != KVQ_OK) {
