@@ -78,15 +78,13 @@ typedef struct kvq_attn_qi8 {
     float sum[KVQ_MAX_HEAD_DIM / 32];
     int32_t off[2][KVQ_MAX_HEAD_DIM / 32];
     int32_t off_all;
-    /* The AVX2 kernel's 16-bit query (decode_int_avx2.c): w = 254 q0 + q1
-     * per block (~15 bits), or q0 where one_scale (the rotated kinds: their
-     * sums span the head); wscale: what one step of w stands for; w_off,
-     * w_off_all, wsum: as off[0], off_all and sum, for w. */
+    /* The AVX2 kernel's 16-bit query (decode_int_avx2.c; not with
+     * one_scale): w = 254 q0 + q1 per block (~15 bits); wscale: what one
+     * step of w stands for; w_off, wsum: as off[0] and sum, for w. */
     _Alignas(64) int16_t w[KVQ_MAX_HEAD_DIM];
     float wscale[KVQ_MAX_HEAD_DIM / 32];
     float wsum[KVQ_MAX_HEAD_DIM / 32];
     int32_t w_off[KVQ_MAX_HEAD_DIM / 32];
-    int32_t w_off_all;
 } kvq_attn_qi8;
 
 typedef void (*kvq_attn_qi8_fn)(const float *q, int d, int code_off, int one_scale, kvq_attn_qi8 *out);

@@ -6,20 +6,25 @@
  *
  * The tiles are read as they are: a 64-byte vector of the layout is two
  * 256-bit halves, 8 tokens each (K: dword lane = token, 4 dims) or 8 dims
- * each (V: dword lane = dim, 4 tokens). AVX2 has no vpdpbusd, and
- * vpmaddubsw saturates where a u8 code meets an 8-bit weight near full
- * scale (q8_0, iq4_nl and the rotated kinds' codes span 0..255), so every
- * code is widened to 16 bits by one unpack against zero per 16 bytes and
- * multiplied by a 16-bit weight with vpmaddwd: the query (kvq_attn_qi8.w,
- * ~15 bits per block) for scores, p x V scale rounded to 15 bits per
- * (head, block, run) for P x V. The unpacks keep 128-bit lanes, so a
- * vpmaddwd leaves two partial sums per token (K) or dim (V) in adjacent
- * dwords, and one vphaddd per 8 scores or 8 dims puts them in order.
- * Codes carry an offset (q4_0: 8, q5_0: 16, the rest stored + 128 as u8;
- * q4_1 / q5_1: none, their min added in float), corrected once per block
- * (scores) or per (head, block) (P x V) by -offset x the weights' sum.
- * f16 V rows (the K-only presets) run P x V in float (decode_avx2.c). */
+ * each (V: dword lane = dim, 4 tokens). AVX2 has no vpdpbusd; vpmaddubsw
+ * (u8 x s8, pairs added in s16) serves where its pairs cannot saturate:
+ * the q4 / q5 kinds' small codes against 8-bit weights, and the rotated
+ * kinds' centroids as s8 (|c| <= 127) against |q| with q's signs moved
+ * onto the codes (scores) or against p x V scale rounded to as many u8
+ * levels as keep a pair inside s16 (P x V). q8_0 and iq4_nl codes span
+ * 0..255, so they are widened to 16 bits by one unpack against zero per
+ * 16 bytes and multiplied by a 16-bit weight with vpmaddwd: the query
+ * (kvq_attn_qi8.w, ~15 bits per block) for scores, p x V scale rounded
+ * to 15 bits per (head, block, run) for P x V. The unpacks keep 128-bit
+ * lanes, so a vpmaddwd leaves two partial sums per token (K) or dim (V)
+ * in adjacent dwords, and one vphaddd per 8 scores or 8 dims puts them in
+ * order. Codes carry an offset (q4_0: 8, q5_0: 16, q8_0 and iq4_nl stored
+ * + 128 as u8; q4_1 / q5_1: none, their min added in float; the rotated
+ * kinds': removed from their table), corrected once per block (scores) or
+ * per (head, block) (P x V) by -offset x the weights' sum. f16 V rows (the
+ * K-only presets) run P x V in float (decode_avx2.c). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn/attn_kernels.h"
@@ -39,8 +44,7 @@
  * the tile or head limits must revisit these. */
 _Static_assert((int64_t)KVQ_KV_MAX_TILE * 255 * 32767 <= INT32_MAX, "P x V int32 sums");
 _Static_assert((int64_t)32 * 255 * 32385 + (int64_t)128 * 32 * 32385 <= INT32_MAX, "scores: 16-bit query block sums");
-_Static_assert((int64_t)KVQ_MAX_HEAD_DIM * 255 * 127 + (int64_t)128 * KVQ_MAX_HEAD_DIM * 127 <= INT32_MAX,
-               "scores: rotated whole-head sums");
+_Static_assert((int64_t)KVQ_MAX_HEAD_DIM * 127 * 127 <= INT32_MAX, "scores: rotated whole-head sums");
 
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE int32_t hsum8i(__m256i x) {
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
@@ -50,10 +54,10 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE int32_t hsum8i(__m256i x) {
 }
 
 /* Per 32-dim block: y = q x 127 / max|q|, q0 = round(y), q1 = round((y -
- * q0) x 254) (decode_vnni.c's rounding), w = 254 q0 + q1 (|w| <= 32385);
- * one_scale: w = q0 over the head's max, so a whole head's products stay
- * far inside int32. Also q0 itself (q[0], off[0], scale, sum) for the
- * vpmaddubsw kinds (bytes_path). */
+ * q0) x 254) (decode_vnni.c's rounding), w = 254 q0 + q1 (|w| <= 32385)
+ * for the 16-bit path; q0 itself (q[0], off[0], scale, sum) for the
+ * vpmaddubsw kinds. one_scale (the rotated kinds, whose sums span the
+ * head): q0 alone, over the head's max, as VNNI's. */
 KVQ_TARGET_AVX2 void kvq_attn_qi8_prepare_avx2(const float *q, int d, int code_off, int one_scale,
                                                kvq_attn_qi8 *out) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -63,7 +67,6 @@ KVQ_TARGET_AVX2 void kvq_attn_qi8_prepare_avx2(const float *q, int d, int code_o
         for (int i = 0; i < d; i += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(q + i)));
         head_max = hmax8(mx);
     }
-    out->w_off_all = 0;
     for (int b = 0; b < d / 32; b++) {
         __m256 x[4], mx = _mm256_setzero_ps();
         for (int h = 0; h < 4; h++) {
@@ -81,11 +84,9 @@ KVQ_TARGET_AVX2 void kvq_attn_qi8_prepare_avx2(const float *q, int d, int code_o
             /* bytes 0-3 of each lane hold q0's 8 values: dwords 0 and 4 */
             const __m256i q8 = _mm256_permutevar8x32_epi32(q0b, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
             _mm_storel_epi64((__m128i *)(void *)(out->q[0] + 32 * b + 8 * h), _mm256_castsi256_si128(q8));
-            __m256i w = q0;
-            if (!one_scale) {
-                const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(y, _mm256_cvtepi32_ps(q0)), _mm256_set1_ps(254.0f)));
-                w = _mm256_add_epi32(_mm256_mullo_epi32(q0, _mm256_set1_epi32(254)), q1);
-            }
+            if (one_scale) continue;
+            const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(y, _mm256_cvtepi32_ps(q0)), _mm256_set1_ps(254.0f)));
+            const __m256i w = _mm256_add_epi32(_mm256_mullo_epi32(q0, _mm256_set1_epi32(254)), q1);
             sum = _mm256_add_epi32(sum, w);
             /* packs works within 128-bit lanes: words 0-3 then 8-11 hold w's 8 values */
             const __m256i p = _mm256_packs_epi32(w, w);
@@ -96,10 +97,9 @@ KVQ_TARGET_AVX2 void kvq_attn_qi8_prepare_avx2(const float *q, int d, int code_o
         out->scale[b] = amax / 127.0f;
         out->sum[b] = out->scale[b] * (float)sum8;
         out->off[0][b] = -code_off * sum8;
-        out->wscale[b] = amax / 127.0f / (one_scale ? 1.0f : 254.0f);
+        out->wscale[b] = amax / 127.0f / 254.0f;
         out->wsum[b] = out->wscale[b] * (float)wsum;
         out->w_off[b] = -code_off * wsum;
-        if (one_scale) out->w_off_all += out->w_off[b]; /* the rotated kinds' only (others' could pass int32) */
     }
 }
 
@@ -238,6 +238,24 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i rot2_field(int k, __m256i z, __
     return _mm256_shuffle_epi8(lut, _mm256_and_si256(srl16(z, 2 * k), _mm256_set1_epi8(0x03)));
 }
 
+/* The rotated kinds' table with its codes as s8 (centroid / unit, |c| <=
+ * 127: rotated.c int8_steps), so their sums need no offset correction. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i signed_lut(const uint8_t *t) {
+    return _mm256_xor_si256(lane_lut(t), _mm256_set1_epi8((char)0x80));
+}
+
+/* *a += s8 codes x (a K half: 8 tokens x 4 dims) dotted with one head's
+ * 8-bit query q for those 4 dims (qa: |q|), one int32 per token. The sign
+ * trick (llama.cpp's) moves q's signs onto the codes so that vpmaddubsw
+ * takes |q| as its u8 side: a pair |q| |c| x 2 <= 2 x 127 x 127 fits s16,
+ * and vpmaddwd by 1 adds the two pairs of a token. Against widening the
+ * codes to 16 bits: the same two multiplies a head, no unpacks, no fold. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void mac_signed(__m256i x, const int8_t *q, const int8_t *qa, __m256i *a) {
+    const __m256i t = _mm256_maddubs_epi16(bcast4b(qa), _mm256_sign_epi8(x, bcast4b(q)));
+    *a = _mm256_add_epi32(*a, _mm256_madd_epi16(t, _mm256_set1_epi16(1)));
+    __asm__("" : "+x"(*a));
+}
+
 /* ---------------------------------------------------------------- scores */
 
 /* Bytes of a K group of 16 tokens, and of its codes before its scales. */
@@ -258,11 +276,18 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
                                                      int ST) {
     const int nb = d / 32, rot = is_rot(KIND);
     const size_t gb = k_group_bytes(KIND, nb, d), gc = k_group_codes(KIND, nb, d);
-    const __m256i lut = has_lut(KIND) ? lane_lut(it->lut[0]) : _mm256_setzero_si256();
+    const __m256i lut = rot ? signed_lut(it->lut[0]) : has_lut(KIND) ? lane_lut(it->lut[0]) : _mm256_setzero_si256();
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256 qs[INT_PASS_G]; /* rotated: the query's step x the codes' */
+    _Alignas(32) int8_t qa[INT_PASS_G][KVQ_MAX_HEAD_DIM]; /* rotated: |q| (0..127), mac_signed's u8 side */
 #pragma GCC unroll 4
-    for (int g = 0; g < G; g++) qs[g] = _mm256_set1_ps(q[g].wscale[0] * it->unit[0]);
+    for (int g = 0; g < G; g++) {
+        qs[g] = _mm256_set1_ps(q[g].scale[0] * it->unit[0]);
+        if (rot)
+            for (int i = 0; i < d; i += 32)
+                _mm256_store_si256((__m256i *)(void *)(qa[g] + i),
+                                   _mm256_abs_epi8(_mm256_load_si256((const __m256i *)(const void *)(q[g].q[0] + i))));
+    }
     for (int i = 0; i < NT; i++)
 #pragma GCC unroll 2
         for (int h = 0; h < T / 16; h++) {
@@ -285,9 +310,9 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
                                               ld256(grp + 64 * (size_t)(3 * c + 2))};
 #pragma GCC unroll 8
                         for (int k = 0; k < 8; k++) {
-                            const wide x = widen(rot3_slot(k, v, lut));
+                            const __m256i x = rot3_slot(k, v, lut);
 #pragma GCC unroll 4
-                            for (int g = 0; g < G; g++) mac(x, bcast4w(q[g].w + 32 * c + 4 * k), a[g]);
+                            for (int g = 0; g < G; g++) mac_signed(x, q[g].q[0] + 32 * c + 4 * k, qa[g] + 32 * c + 4 * k, &a[g][0]);
                         }
                     }
                 } else if (KIND == KVQ_ITILE_ROT2) {
@@ -295,9 +320,9 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
                         const __m256i z = ld256(grp + 64 * (size_t)m);
 #pragma GCC unroll 4
                         for (int k = 0; k < 4; k++) {
-                            const wide x = widen(rot2_field(k, z, lut));
+                            const __m256i x = rot2_field(k, z, lut);
 #pragma GCC unroll 4
-                            for (int g = 0; g < G; g++) mac(x, bcast4w(q[g].w + 16 * m + 4 * k), a[g]);
+                            for (int g = 0; g < G; g++) mac_signed(x, q[g].q[0] + 16 * m + 4 * k, qa[g] + 16 * m + 4 * k, &a[g][0]);
                         }
                     }
                 } else if (KIND == KVQ_ITILE_ROT4) {
@@ -305,9 +330,9 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
                         const __m256i z = ld256(grp + 64 * (size_t)m);
 #pragma GCC unroll 2
                         for (int nib = 0; nib < 2; nib++) {
-                            const wide x = widen(nibbles(KIND, z, nib, lut));
+                            const __m256i x = nibbles(KIND, z, nib, lut);
 #pragma GCC unroll 4
-                            for (int g = 0; g < G; g++) mac(x, bcast4w(q[g].w + 8 * m + 4 * nib), a[g]);
+                            for (int g = 0; g < G; g++) mac_signed(x, q[g].q[0] + 8 * m + 4 * nib, qa[g] + 8 * m + 4 * nib, &a[g][0]);
                         }
                     }
                 } else {
@@ -383,10 +408,8 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
                 if (rot) {
                     const __m256 dk = ld8h(grp0 + gc + 16 * half);
 #pragma GCC unroll 4
-                    for (int g = 0; g < G; g++) {
-                        const __m256i t = _mm256_add_epi32(fold(a[g]), _mm256_set1_epi32(q[g].w_off_all));
-                        sc[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dk, qs[g]));
-                    }
+                    for (int g = 0; g < G; g++) /* in token order already */
+                        sc[g] = _mm256_mul_ps(_mm256_cvtepi32_ps(a[g][0]), _mm256_mul_ps(dk, qs[g]));
                 }
                 const int valid = n - i * T - 16 * h - 8 * half;
                 const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(valid), iota));
@@ -457,11 +480,11 @@ static inline size_t v_codes(int KIND, int d, int T) {
     return is_rot(KIND) ? (size_t)T * d * rot_bits(KIND) / 8 : (size_t)T * (d / 32) * bits_bytes(KIND);
 }
 
-/* x (np) = p (np) x ds (np) rounded to 8 bits at out (s8 codes, 127
- * levels of the largest magnitude; U8: u8, 255 levels, for x >= 0):
+/* x (np) = p (np) x ds (np) rounded to 8 bits at out (s8 codes; U8: u8,
+ * for x >= 0), levels steps of the largest magnitude (<= 127, U8 255):
  * returns the step and sets *sum to the codes' sum. */
-KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float round_p8(const float *p, const float *ds, int np, const int U8,
-                                                        int8_t *out, int32_t *sum) {
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float round_p8(const float *p, const float *ds, int np, float levels,
+                                                        const int U8, int8_t *out, int32_t *sum) {
     _Alignas(32) float x[KVQ_KV_MAX_TILE];
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 mx = _mm256_setzero_ps();
@@ -470,7 +493,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float round_p8(const float *p, const fl
         _mm256_store_ps(x + t, xt);
         mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, xt));
     }
-    const float amax = hmax8(mx), levels = U8 ? 255.0f : 127.0f;
+    const float amax = hmax8(mx);
     const __m256 inv = _mm256_set1_ps(amax > 0 ? levels / amax : 0.0f);
     /* packs work within 128-bit lanes: dword k of the packed vector holds
      * codes 4 (k / 2).. of vector k % 4 ... this puts them in order */
@@ -488,49 +511,71 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float round_p8(const float *p, const fl
     return amax / levels;
 }
 
-/* pv for the bytes_path kinds, decode_vnni.c's arithmetic: q4_0 / q5_0
- * codes (u8) against p ds as s8 (offset corrected); q4_1 / q5_1 codes
- * centred by 8 / 16 (s8) against p d as u8, plus sum p (m + off d) per
- * (head, block) in float. Per column of 8 dims, one vpmaddubsw per head
- * and token quad, its s16 sums widened every 8 quads (q5: 4). */
+/* The levels of the rotated kinds' p x V scale: vpmaddubsw's pair of u8
+ * p times s8 centroids must fit s16, so 32767 / (2 max |c|): 136 / 186 /
+ * 147 for 2 / 3 / 4 bits (their largest codes 120 / 88 / 111), against
+ * VNNI's 255 (vpdpbusd adds in int32). */
+static inline float rot_p_levels(const uint8_t *lut) {
+    int top = 1;
+    for (int j = 0; j < 16; j++) top = abs(lut[j] - 128) > top ? abs(lut[j] - 128) : top;
+    return (float)(32767 / (2 * top) < 255 ? 32767 / (2 * top) : 255);
+}
+
+/* pv for the kinds whose V codes meet p in bytes (decode_vnni.c's
+ * arithmetic): q4_0 / q5_0 codes (u8) against p ds as s8 (offset
+ * corrected); q4_1 / q5_1 codes centred by 8 / 16 (s8) against p d as u8,
+ * plus sum p (m + off d) per (head, block) in float; the rotated kinds'
+ * centroids as s8 against p x the row's scale as u8 (both >= 0: every
+ * index has its coordinate's sign, rotated.h) per (head, run), no offset.
+ * Per column of 8 dims, one vpmaddubsw per head and token quad, its s16
+ * sums widened every 8 quads (q5: 4; rotated: every quad). */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int G, int d, int T, int NT,
                                                        const float *p, int ST, const kvq_attn_itiles *it, float *acc) {
-    const int nb = d / 32, U8 = has_min(KIND), off = has_hi(KIND) ? 16 : 8;
-    const int N = has_hi(KIND) ? 4 : 8; /* |sum| per quad <= 2 x 31 x 127 (q5), 2 x 255 x 16 (q5_1) */
+    const int nb = d / 32, rot = is_rot(KIND), nsc = rot ? 1 : nb; /* scale groups: blocks, or the row */
+    const int MIN = has_min(KIND), U8 = MIN || rot, off = rot ? 0 : has_hi(KIND) ? 16 : 8;
+    /* |sum| per quad <= 2 x 31 x 127 (q5), 2 x 255 x 16 (q5_1); rotated: one quad fills s16 */
+    const int N = rot ? 1 : has_hi(KIND) ? 4 : 8;
+    const float levels = rot ? rot_p_levels(it->lut[1]) : U8 ? 255.0f : 127.0f;
     const size_t scales = v_codes(KIND, d, T);
+    /* the tokens' V scales ds (nsc, ST) and m + off d ms (nb, ST) */
     _Alignas(32) float ds[KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE], ms[KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
-    for (int b = 0; b < nb; b++)
+    for (int b = 0; b < nsc; b++)
         for (int i = 0; i < NT; i++)
             for (int t = 0; t < T; t += 8) {
                 const uint8_t *sc = it->v[i] + scales + 2 * ((size_t)b * T + t);
                 const __m256 dv = ld8h(sc);
                 _mm256_store_ps(ds + b * ST + i * T + t, dv);
-                if (U8) /* m + off d */
+                if (MIN)
                     _mm256_store_ps(ms + b * ST + i * T + t,
                                     _mm256_fmadd_ps(dv, _mm256_set1_ps((float)off), ld8h(sc + 2 * (size_t)nb * T)));
             }
+    /* per (head, group) at g nsc + b: p ds rounded (pq), the step, the
+     * offset correction, and sum p (m + off d) (the mins' share, in float) */
     _Alignas(32) int8_t pq[INT_PASS_G * KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
     float sp[INT_PASS_G * KVQ_MAX_HEAD_DIM / 32], pm[INT_PASS_G * KVQ_MAX_HEAD_DIM / 32];
     int32_t corr[INT_PASS_G * KVQ_MAX_HEAD_DIM / 32];
     for (int g = 0; g < G; g++)
-        for (int b = 0; b < nb; b++) {
-            const int k = g * nb + b;
+        for (int b = 0; b < nsc; b++) {
+            const int k = g * nsc + b;
             int32_t sum;
-            sp[k] = round_p8(p + g * ST, ds + b * ST, ST, U8, pq + (size_t)k * ST, &sum);
-            corr[k] = U8 ? 0 : -off * sum;
+            sp[k] = round_p8(p + g * ST, ds + b * ST, ST, levels, U8, pq + (size_t)k * ST, &sum) *
+                    (rot ? it->unit[1] : 1.0f);
+            corr[k] = U8 ? 0 : -off * sum; /* U8: codes centred, or none */
             pm[k] = 0;
-            if (U8) {
+            if (MIN) {
                 __m256 v = _mm256_setzero_ps();
                 for (int t = 0; t < ST; t += 8)
                     v = _mm256_fmadd_ps(_mm256_load_ps(p + g * ST + t), _mm256_load_ps(ms + b * ST + t), v);
                 pm[k] = hsum8(v);
             }
         }
-    const __m256i lut = _mm256_setzero_si256();
-    const size_t v_lines = (scales + 2 * (size_t)T * nb * (1 + U8) + 63) / 64;
+    const __m256i lut = rot ? signed_lut(it->lut[1]) : _mm256_setzero_si256();
+    /* the next tiles' lines, spread over the columns' passes (a burst of a
+     * whole tile's prefetches would stall: decode.c PREFETCH_TILES) */
+    const size_t v_lines = (scales + 2 * (size_t)T * nsc * (1 + MIN) + 63) / 64;
     const size_t per_col = (v_lines + (size_t)d / 8 - 1) / ((size_t)d / 8);
     for (int col = 0; col < d / 8; col++) {
-        const int b = col / 4;
+        const int b = rot ? 0 : col / 4;
         __m256i a16[INT_PASS_G], a32[INT_PASS_G];
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) a16[g] = a32[g] = _mm256_setzero_si256();
@@ -543,76 +588,69 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int
 #pragma GCC unroll 8
             for (int j = 0; j < T / 4; j++) {
                 __m256i c = v_column(KIND, vt, d, T, j, col, lut);
-                if (U8) c = _mm256_sub_epi8(c, _mm256_set1_epi8((char)off));
+                if (MIN) c = _mm256_sub_epi8(c, _mm256_set1_epi8((char)off));
 #pragma GCC unroll 4
                 for (int g = 0; g < G; g++) {
-                    const __m256i pb = bcast4b(pqi + (size_t)(g * nb + b) * ST + 4 * j);
-                    acc16(&a16[g], U8 ? _mm256_maddubs_epi16(pb, c) : _mm256_maddubs_epi16(c, pb));
+                    const __m256i pb = bcast4b(pqi + (size_t)(g * nsc + b) * ST + 4 * j);
+                    const __m256i t = U8 ? _mm256_maddubs_epi16(pb, c) : _mm256_maddubs_epi16(c, pb);
+                    if (N == 1) {
+                        a32[g] = _mm256_add_epi32(a32[g], _mm256_madd_epi16(t, _mm256_set1_epi16(1)));
+                        __asm__("" : "+x"(a32[g])); /* mac's reason */
+                    } else {
+                        acc16(&a16[g], t);
+                    }
                 }
-                if ((j + 1) % N == 0 || j == T / 4 - 1)
+                if (N > 1 && ((j + 1) % N == 0 || j == T / 4 - 1))
 #pragma GCC unroll 4
                     for (int g = 0; g < G; g++) flush16(&a32[g], &a16[g]);
             }
         }
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
-            const int k = g * nb + b;
+            const int k = g * nsc + b;
             float *dst = acc + (size_t)g * d + 8 * col;
             const __m256i t = _mm256_add_epi32(a32[g], _mm256_set1_epi32(corr[k]));
             __m256 base = _mm256_loadu_ps(dst);
-            if (U8) base = _mm256_add_ps(base, _mm256_set1_ps(pm[k]));
+            if (MIN) base = _mm256_add_ps(base, _mm256_set1_ps(pm[k]));
             _mm256_storeu_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(sp[k]), base));
         }
     }
 }
 
 /* acc (G, d) += p (G, ST) x NT V tiles for heads g0.. of a pass (G <=
- * INT_PASS_G; p and acc already offset). Per (head, block) (rotated: per
- * head) p x V scale is rounded to int16 over the run; per column of 8
+ * INT_PASS_G; p and acc already offset). q8_0 and iq4_nl: per (head,
+ * block) p x V scale is rounded to int16 over the run; per column of 8
  * dims the codes of every token quad are widened once for all heads. */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, int d, int T, int NT, const float *p,
                                                  int ST, const kvq_attn_itiles *it, float *acc) {
-    if (bytes_path(KIND)) {
+    if (bytes_path(KIND) || is_rot(KIND)) {
         pv_bytes(KIND, G, d, T, NT, p, ST, it, acc);
         return;
     }
-    const int nb = d / 32, rot = is_rot(KIND), nsc = rot ? 1 : nb; /* scale groups: blocks, or one */
+    const int nb = d / 32;
     const size_t scales = v_codes(KIND, d, T);
-    /* the tokens' V scales ds (nsc, ST) and mins ms (nb, ST) */
-    _Alignas(32) float ds[KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE], ms[KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
-    for (int b = 0; b < nsc; b++)
+    _Alignas(32) float ds[KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE]; /* the tokens' V scales (nb, ST) */
+    for (int b = 0; b < nb; b++)
         for (int i = 0; i < NT; i++)
-            for (int t = 0; t < T; t += 8) {
-                const uint8_t *sc = it->v[i] + scales + 2 * ((size_t)b * T + t);
-                _mm256_store_ps(ds + b * ST + i * T + t, ld8h(sc));
-                if (has_min(KIND)) _mm256_store_ps(ms + b * ST + i * T + t, ld8h(sc + 2 * (size_t)nb * T));
-            }
-    /* per (head, group) at g nsc + b: p ds rounded (pq), the step, the
-     * offset correction, and sum p m (the mins' share, in float) */
+            for (int t = 0; t < T; t += 8)
+                _mm256_store_ps(ds + b * ST + i * T + t, ld8h(it->v[i] + scales + 2 * ((size_t)b * T + t)));
+    /* per (head, block) at g nb + b: p ds rounded (pq), the step and the
+     * offset correction */
     _Alignas(32) int16_t pq[INT_PASS_G * KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
-    float sp[INT_PASS_G * KVQ_MAX_HEAD_DIM / 32], pm[INT_PASS_G * KVQ_MAX_HEAD_DIM / 32];
+    float sp[INT_PASS_G * KVQ_MAX_HEAD_DIM / 32];
     int32_t corr[INT_PASS_G * KVQ_MAX_HEAD_DIM / 32];
     for (int g = 0; g < G; g++)
-        for (int b = 0; b < nsc; b++) {
-            const int k = g * nsc + b;
+        for (int b = 0; b < nb; b++) {
+            const int k = g * nb + b;
             int32_t sum;
-            sp[k] = round_p16(p + g * ST, ds + b * ST, ST, pq + (size_t)k * ST, &sum) * (rot ? it->unit[1] : 1.0f);
+            sp[k] = round_p16(p + g * ST, ds + b * ST, ST, pq + (size_t)k * ST, &sum);
             corr[k] = -code_off(KIND) * sum;
-            pm[k] = 0;
-            if (has_min(KIND)) {
-                __m256 v = _mm256_setzero_ps();
-                for (int t = 0; t < ST; t += 8)
-                    v = _mm256_fmadd_ps(_mm256_load_ps(p + g * ST + t), _mm256_load_ps(ms + b * ST + t), v);
-                pm[k] = hsum8(v);
-            }
         }
     const __m256i lut = has_lut(KIND) ? lane_lut(it->lut[1]) : _mm256_setzero_si256();
-    /* the next tiles' lines, spread over the columns' passes (a burst of a
-     * whole tile's prefetches would stall: decode.c PREFETCH_TILES) */
-    const size_t v_lines = (scales + 2 * (size_t)T * nsc * (1 + has_min(KIND)) + 63) / 64;
+    const size_t v_lines = (scales + 2 * (size_t)T * nb + 63) / 64;
     const size_t per_col = (v_lines + (size_t)d / 8 - 1) / ((size_t)d / 8);
     for (int col = 0; col < d / 8; col++) {
-        const int b = rot ? 0 : col / 4;
+        const int b = col / 4;
         __m256i a[INT_PASS_G][2];
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) a[g][0] = a[g][1] = _mm256_setzero_si256();
@@ -626,17 +664,14 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, in
             for (int j = 0; j < T / 4; j++) {
                 const wide x = widen(v_column(KIND, vt, d, T, j, col, lut));
 #pragma GCC unroll 4
-                for (int g = 0; g < G; g++) mac(x, bcast4w(pqi + (size_t)(g * nsc + b) * ST + 4 * j), a[g]);
+                for (int g = 0; g < G; g++) mac(x, bcast4w(pqi + (size_t)(g * nb + b) * ST + 4 * j), a[g]);
             }
         }
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
-            const int k = g * nsc + b;
             float *dst = acc + (size_t)g * d + 8 * col;
-            const __m256i t = _mm256_add_epi32(fold(a[g]), _mm256_set1_epi32(corr[k]));
-            __m256 base = _mm256_loadu_ps(dst);
-            if (has_min(KIND)) base = _mm256_add_ps(base, _mm256_set1_ps(pm[k]));
-            _mm256_storeu_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(sp[k]), base));
+            const __m256i t = _mm256_add_epi32(fold(a[g]), _mm256_set1_epi32(corr[g * nb + b]));
+            _mm256_storeu_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(sp[g * nb + b]), _mm256_loadu_ps(dst)));
         }
     }
 }

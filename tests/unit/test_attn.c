@@ -32,9 +32,11 @@
  * Next to the codecs' own error (q4_0: 21% gaussian, 59% outliers in the
  * same metric) the kernel's is invisible; kvq ppl measures it end to end.
  * AVX2's integer kernel (decode_int_avx2.c) rounds q4_0 / q4_1 / q5_0 /
- * q5_1 as VNNI's does and the other kinds' query (rotated: as VNNI's) and
- * p to ~15 bits: the same bounds hold (its worst here 0.0006 for the ggml
- * kinds it rounds to 15 bits, rotated as VNNI's). */
+ * q5_1 as VNNI's does, q8_0's and iq4_nl's query and p to ~15 bits, the
+ * rotated kinds' query as VNNI's and their p x V scale to 136-186 u8
+ * levels (VNNI: 255): the same bounds hold (its worst here 0.0006 for the
+ * kinds it rounds to 15 bits; rotated V beside q8_0 K 0.007, where 15-bit
+ * p erred 0.0007; the rotated worst as VNNI's). */
 #define INT8_BOUND_Q4_0 0.1
 #define INT8_BOUND_Q8_0 0.008
 /* Rotated K and V (2-4 bit indices, one scale per row) in the same metric:
