@@ -238,8 +238,9 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i rot2_field(int k, __m256i z, __
     return _mm256_shuffle_epi8(lut, _mm256_and_si256(srl16(z, 2 * k), _mm256_set1_epi8(0x03)));
 }
 
-/* The rotated kinds' table with its codes as s8 (centroid / unit, |c| <=
- * 127: rotated.c int8_steps), so their sums need no offset correction. */
+/* A table with its codes as s8 (iq4_nl's values; the rotated kinds'
+ * centroid / unit, |c| <= 127: rotated.c int8_steps), so their sums need
+ * no offset correction. */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i signed_lut(const uint8_t *t) {
     return _mm256_xor_si256(lane_lut(t), _mm256_set1_epi8((char)0x80));
 }
@@ -511,11 +512,12 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float round_p8(const float *p, const fl
     return amax / levels;
 }
 
-/* The levels of the rotated kinds' p x V scale: vpmaddubsw's pair of u8
- * p times s8 centroids must fit s16, so 32767 / (2 max |c|): 136 / 186 /
- * 147 for 2 / 3 / 4 bits (their largest codes 120 / 88 / 111), against
- * VNNI's 255 (vpdpbusd adds in int32). */
-static inline float rot_p_levels(const uint8_t *lut) {
+/* The levels of p x V scale for the kinds with a code table (V codes as
+ * s8 against u8 p): vpmaddubsw's pair must fit s16, so 32767 / (2 max
+ * |c|): the rotated kinds 136 / 186 / 147 for 2 / 3 / 4 bits (their
+ * largest codes 120 / 88 / 111; VNNI: 255, vpdpbusd adds in int32),
+ * iq4_nl 129 (-127..113; VNNI: 127). */
+static inline float table_p_levels(const uint8_t *lut) {
     int top = 1;
     for (int j = 0; j < 16; j++) top = abs(lut[j] - 128) > top ? abs(lut[j] - 128) : top;
     return (float)(32767 / (2 * top) < 255 ? 32767 / (2 * top) : 255);
@@ -524,26 +526,38 @@ static inline float rot_p_levels(const uint8_t *lut) {
 /* pv for the kinds whose V codes meet p in bytes (decode_vnni.c's
  * arithmetic): q4_0 / q5_0 codes (u8) against p ds as s8 (offset
  * corrected); q4_1 / q5_1 codes centred by 8 / 16 (s8) against p d as u8,
- * plus sum p (m + off d) per (head, block) in float; the rotated kinds'
- * centroids as s8 against p x the row's scale as u8 (both >= 0: every
- * index has its coordinate's sign, rotated.h) per (head, run), no offset.
- * Per column of 8 dims, one vpmaddubsw per head and token quad, its s16
- * sums widened every 8 quads (q5: 4; rotated: every quad). */
+ * plus sum p (m + off d) per (head, block) in float; the table kinds'
+ * values as s8 against p |d| as u8, no offset: the rotated kinds' per
+ * (head, run) (their rows' scales are >= 0: every index has its
+ * coordinate's sign, rotated.h), iq4_nl's per (head, block) with each
+ * block scale's sign put on its codes (ggml's iq4_nl scales take either
+ * sign). Per column of 8 dims, one vpmaddubsw per head and token quad,
+ * its s16 sums widened every 8 quads (q5: 4; table kinds: every quad). */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int G, int d, int T, int NT,
                                                        const float *p, int ST, const kvq_attn_itiles *it, float *acc) {
     const int nb = d / 32, rot = is_rot(KIND), nsc = rot ? 1 : nb; /* scale groups: blocks, or the row */
-    const int MIN = has_min(KIND), U8 = MIN || rot, off = rot ? 0 : has_hi(KIND) ? 16 : 8;
-    /* |sum| per quad <= 2 x 31 x 127 (q5), 2 x 255 x 16 (q5_1); rotated: one quad fills s16 */
-    const int N = rot ? 1 : has_hi(KIND) ? 4 : 8;
-    const float levels = rot ? rot_p_levels(it->lut[1]) : U8 ? 255.0f : 127.0f;
+    const int MIN = has_min(KIND), LUT = has_lut(KIND), SGN = KIND == KVQ_ITILE_IQ4_NL;
+    const int U8 = MIN || LUT, off = LUT ? 0 : has_hi(KIND) ? 16 : 8;
+    /* |sum| per quad <= 2 x 31 x 127 (q5), 2 x 255 x 16 (q5_1); table kinds: one quad fills s16 */
+    const int N = LUT ? 1 : has_hi(KIND) ? 4 : 8;
+    const float levels = LUT ? table_p_levels(it->lut[1]) : U8 ? 255.0f : 127.0f;
     const size_t scales = v_codes(KIND, d, T);
-    /* the tokens' V scales ds (nsc, ST) and m + off d ms (nb, ST) */
+    /* the tokens' V scales ds (nsc, ST) (SGN: their magnitudes, and their
+     * signs sg as +-1 bytes) and m + off d ms (nb, ST) */
     _Alignas(32) float ds[KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE], ms[KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
+    _Alignas(32) int8_t sg[KVQ_MAX_HEAD_DIM / 32 * KVQ_KV_MAX_TILE];
     for (int b = 0; b < nsc; b++)
         for (int i = 0; i < NT; i++)
             for (int t = 0; t < T; t += 8) {
                 const uint8_t *sc = it->v[i] + scales + 2 * ((size_t)b * T + t);
-                const __m256 dv = ld8h(sc);
+                __m256 dv = ld8h(sc);
+                if (SGN) {
+                    /* an fp16's sign bit, shifted across its word: -1 or 0, | 1 */
+                    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)sc);
+                    const __m128i pm1 = _mm_or_si128(_mm_srai_epi16(h, 15), _mm_set1_epi16(1));
+                    _mm_storel_epi64((__m128i *)(void *)(sg + b * ST + i * T + t), _mm_packs_epi16(pm1, pm1));
+                    dv = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), dv);
+                }
                 _mm256_store_ps(ds + b * ST + i * T + t, dv);
                 if (MIN)
                     _mm256_store_ps(ms + b * ST + i * T + t,
@@ -569,7 +583,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int
                 pm[k] = hsum8(v);
             }
         }
-    const __m256i lut = rot ? signed_lut(it->lut[1]) : _mm256_setzero_si256();
+    const __m256i lut = LUT ? signed_lut(it->lut[1]) : _mm256_setzero_si256();
     /* the next tiles' lines, spread over the columns' passes (a burst of a
      * whole tile's prefetches would stall: decode.c PREFETCH_TILES) */
     const size_t v_lines = (scales + 2 * (size_t)T * nsc * (1 + MIN) + 63) / 64;
@@ -589,6 +603,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int
             for (int j = 0; j < T / 4; j++) {
                 __m256i c = v_column(KIND, vt, d, T, j, col, lut);
                 if (MIN) c = _mm256_sub_epi8(c, _mm256_set1_epi8((char)off));
+                if (SGN) c = _mm256_sign_epi8(c, bcast4b(sg + (size_t)b * ST + i * T + 4 * j));
 #pragma GCC unroll 4
                 for (int g = 0; g < G; g++) {
                     const __m256i pb = bcast4b(pqi + (size_t)(g * nsc + b) * ST + 4 * j);
@@ -618,12 +633,13 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int
 }
 
 /* acc (G, d) += p (G, ST) x NT V tiles for heads g0.. of a pass (G <=
- * INT_PASS_G; p and acc already offset). q8_0 and iq4_nl: per (head,
- * block) p x V scale is rounded to int16 over the run; per column of 8
+ * INT_PASS_G; p and acc already offset). q8_0: per (head, block) p x V
+ * scale is rounded to int16 over the run (p x d at 129 u8 levels against
+ * its s8 codes would cost its precision: VNNI keeps 255); per column of 8
  * dims the codes of every token quad are widened once for all heads. */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, int d, int T, int NT, const float *p,
                                                  int ST, const kvq_attn_itiles *it, float *acc) {
-    if (bytes_path(KIND) || is_rot(KIND)) {
+    if (KIND != KVQ_ITILE_Q8_0) {
         pv_bytes(KIND, G, d, T, NT, p, ST, it, acc);
         return;
     }
@@ -646,7 +662,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, in
             sp[k] = round_p16(p + g * ST, ds + b * ST, ST, pq + (size_t)k * ST, &sum);
             corr[k] = -code_off(KIND) * sum;
         }
-    const __m256i lut = has_lut(KIND) ? lane_lut(it->lut[1]) : _mm256_setzero_si256();
+    const __m256i lut = _mm256_setzero_si256(); /* q8_0 has no table */
     const size_t v_lines = (scales + 2 * (size_t)T * nb + 63) / 64;
     const size_t per_col = (v_lines + (size_t)d / 8 - 1) / ((size_t)d / 8);
     for (int col = 0; col < d / 8; col++) {
