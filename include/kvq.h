@@ -469,10 +469,13 @@ kvq_status kvq_kv_preset(const char *name, const char **ctk, const char **ctv);
  * pool and scratch buffers. */
 typedef struct kvq_ctx kvq_ctx;
 
+/* Prompt tokens per forward chunk when kvq_ctx_params.n_batch is 0. */
+#define KVQ_DEFAULT_N_BATCH 256
+
 typedef struct kvq_ctx_params {
     int n_ctx;            /* most tokens the context may hold; 0 = the model's trained length */
     int n_threads;        /* 0 = every online core */
-    int n_batch;          /* prompt tokens per forward chunk; 0 = 256 */
+    int n_batch;          /* prompt tokens per forward chunk; 0 = KVQ_DEFAULT_N_BATCH */
     const char *ctk, *ctv; /* K and V codecs; NULL = "f16" */
     int n_sinks;          /* first tokens kept f16 */
     int boundary_layers;  /* first and last L layers use q8_0 */

@@ -370,12 +370,15 @@ static const char *human_bytes(double bytes, char *buf, size_t cap) {
     return buf;
 }
 
+/* The batch the contexts run (-b, or the library's default). */
+static int n_batch_of(const bench *b) { return b->mo.ctx.n_batch ? b->mo.ctx.n_batch : KVQ_DEFAULT_N_BATCH; }
+
 static void write_row(bench *b, const cell *c) {
     const model_meta *mm = &b->meta[c->model];
     const kv_cfg *k = &b->cfgs[c->cfg];
     cell_stats s;
     stats_of(c, &s);
-    const int n_batch = b->mo.ctx.n_batch ? b->mo.ctx.n_batch : 256;
+    const int n_batch = n_batch_of(b);
     FILE *f = stdout;
     if (b->fmt == FMT_MD) {
         if (b->json_rows++ == 0)
@@ -830,7 +833,7 @@ static int bench_threads(bench *b, int mi, const kvq_model *model, int threads, 
                 /* In pieces, so a deep prefill shows progress and the ETA
                  * learns from its first piece; whole batches, so the
                  * forward pass splits the tokens where one call would. */
-                const int n_batch = b->mo.ctx.n_batch ? b->mo.ctx.n_batch : 256;
+                const int n_batch = n_batch_of(b);
                 const int piece = n_batch * (4096 / n_batch > 1 ? 4096 / n_batch : 1);
                 for (int t = depth_now; t < d; t += piece) {
                     const int t1 = d - t < piece ? d : t + piece;

@@ -50,7 +50,7 @@ kvq_status kvq_ctx_estimate(const kvq_model *m, const kvq_ctx_params *p, kvq_mem
                   cp.n_ctx, 1 << 24);
     KVQ_RETURN_IF(cp.n_sinks < 0 || cp.boundary_layers < 0, KVQ_ERR_INVALID_ARG,
                   "kv sinks %d / boundary layers %d must not be negative", cp.n_sinks, cp.boundary_layers);
-    const int B = cp.n_batch == 0 ? 256 : cp.n_batch;
+    const int B = cp.n_batch == 0 ? KVQ_DEFAULT_N_BATCH : cp.n_batch;
     KVQ_RETURN_IF(B < 1 || B > 4096, KVQ_ERR_INVALID_ARG, "batch size %d not in [1, 4096]", cp.n_batch);
     double kv;
     KVQ_FORWARD(kv_bytes(m, &cp, cp.ctk ? cp.ctk : "f16", cp.ctv ? cp.ctv : "f16", &kv));

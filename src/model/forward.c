@@ -310,7 +310,7 @@ kvq_status kvq_ctx_create(const kvq_model *m, const kvq_ctx_params *p, kvq_ctx *
     }
     KVQ_RETURN_IF(cp.n_threads < 1 || cp.n_threads > 256, KVQ_ERR_INVALID_ARG, "thread count %d not in [1, 256]",
                   cp.n_threads);
-    if (cp.n_batch == 0) cp.n_batch = 256;
+    if (cp.n_batch == 0) cp.n_batch = KVQ_DEFAULT_N_BATCH;
     KVQ_RETURN_IF(cp.n_batch < 1 || cp.n_batch > 4096, KVQ_ERR_INVALID_ARG, "batch size %d not in [1, 4096]",
                   cp.n_batch);
     if (cp.n_batch > cp.n_ctx) cp.n_batch = cp.n_ctx;
