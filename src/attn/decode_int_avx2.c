@@ -191,7 +191,9 @@ static inline int has_lut(int KIND) { return KIND == KVQ_ITILE_IQ4_NL || is_rot(
  * 8-bit weights cannot saturate, its s16 sums can be added a few times
  * before one vpmaddwd widens them, and each code needs no widening: about
  * half the operations of the 16-bit path. Their query and p are 8 bits
- * (decode_vnni.c's rounding and bounds); the others take 16. */
+ * (decode_vnni.c's rounding and bounds). Of the others, the rotated kinds
+ * (8-bit query, mac_signed) and iq4_nl's V (pv_bytes) take bytes too;
+ * q8_0 and iq4_nl's K take 16 bits. */
 static inline int bytes_path(int KIND) {
     return KIND == KVQ_ITILE_Q4_0 || KIND == KVQ_ITILE_Q5_0 || KIND == KVQ_ITILE_Q4_1 || KIND == KVQ_ITILE_Q5_1;
 }
