@@ -514,12 +514,11 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float round_p8(const float *p, const fl
     return amax / levels;
 }
 
-/* The levels of p x V scale for the kinds with a code table (V codes as
- * s8 against u8 p): vpmaddubsw's pair must fit s16, so 32767 / (2 max
- * |c|): the rotated kinds 136 / 186 / 147 for 2 / 3 / 4 bits (their
- * largest codes 120 / 88 / 111; VNNI: 255, vpdpbusd adds in int32),
- * iq4_nl 129 (-127..113; VNNI: 127). */
-static inline float table_p_levels(const uint8_t *lut) {
+/* The levels of the rotated kinds' p x V scale (centroids as s8 against
+ * u8 p): vpmaddubsw's pair must fit s16, so 32767 / (2 max |c|): 136 /
+ * 186 / 147 for 2 / 3 / 4 bits (their largest codes 120 / 88 / 111;
+ * VNNI: 255, vpdpbusd adds in int32). */
+static inline float rot_p_levels(const uint8_t *lut) {
     int top = 1;
     for (int j = 0; j < 16; j++) top = abs(lut[j] - 128) > top ? abs(lut[j] - 128) : top;
     return (float)(32767 / (2 * top) < 255 ? 32767 / (2 * top) : 255);
@@ -533,16 +532,17 @@ static inline float table_p_levels(const uint8_t *lut) {
  * (head, run) (their rows' scales are >= 0: every index has its
  * coordinate's sign, rotated.h), iq4_nl's per (head, block) with each
  * block scale's sign put on its codes (ggml's iq4_nl scales take either
- * sign). Per column of 8 dims, one vpmaddubsw per head and token quad,
+ * sign): VNNI's integers, its s8 p d against u8 codes - 128. Per column of 8 dims, one vpmaddubsw per head and token quad,
  * its s16 sums widened every 8 quads (q5: 4; table kinds: every quad). */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int G, int d, int T, int NT,
                                                        const float *p, int ST, const kvq_attn_itiles *it, float *acc) {
     const int nb = d / 32, rot = is_rot(KIND), nsc = rot ? 1 : nb; /* scale groups: blocks, or the row */
     const int MIN = has_min(KIND), LUT = has_lut(KIND), SGN = KIND == KVQ_ITILE_IQ4_NL;
     const int U8 = MIN || LUT, off = LUT ? 0 : has_hi(KIND) ? 16 : 8;
-    /* |sum| per quad <= 2 x 31 x 127 (q5), 2 x 255 x 16 (q5_1); table kinds: one quad fills s16 */
+    /* |sum| per quad <= 2 x 31 x 127 (q5), 2 x 255 x 16 (q5_1); table kinds: one quad fills s16 (2 x 127 x 127) */
     const int N = LUT ? 1 : has_hi(KIND) ? 4 : 8;
-    const float levels = LUT ? table_p_levels(it->lut[1]) : U8 ? 255.0f : 127.0f;
+    /* iq4_nl: 127, VNNI's integers (its s8 p x d against codes - 128) */
+    const float levels = rot ? rot_p_levels(it->lut[1]) : U8 && !SGN ? 255.0f : 127.0f;
     const size_t scales = v_codes(KIND, d, T);
     /* the tokens' V scales ds (nsc, ST) (SGN: their magnitudes, and their
      * signs sg as +-1 bytes) and m + off d ms (nb, ST) */
