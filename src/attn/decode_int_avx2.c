@@ -8,11 +8,12 @@
  * 256-bit halves, 8 tokens each (K: dword lane = token, 4 dims) or 8 dims
  * each (V: dword lane = dim, 4 tokens). AVX2 has no vpdpbusd; vpmaddubsw
  * (u8 x s8, pairs added in s16) serves where its pairs cannot saturate:
- * the q4 / q5 kinds' small codes against 8-bit weights, and the rotated
+ * the q4 / q5 kinds' small codes against 8-bit weights, the rotated
  * kinds' centroids as s8 (|c| <= 127) against |q| with q's signs moved
  * onto the codes (scores) or against p x V scale rounded to as many u8
- * levels as keep a pair inside s16 (P x V). q8_0 and iq4_nl codes span
- * 0..255, so they are widened to 16 bits by one unpack against zero per
+ * levels as keep a pair inside s16 (P x V), and iq4_nl's V values as s8
+ * against 8-bit p (pv_bytes). q8_0's codes and iq4_nl's K span 0..255
+ * as u8, so they are widened to 16 bits by one unpack against zero per
  * 16 bytes and multiplied by a 16-bit weight with vpmaddwd: the query
  * (kvq_attn_qi8.w, ~15 bits per block) for scores, p x V scale rounded
  * to 15 bits per (head, block, run) for P x V. The unpacks keep 128-bit
