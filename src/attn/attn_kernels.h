@@ -111,6 +111,7 @@ typedef struct kvq_attn_itiles {
     int k_kind, v_kind;      /* KVQ_ITILE_* */
     const uint8_t *lut[2];   /* K / V code tables (16; ROT3 / ROT2: four / three of 64, decode_vnni.c rot_tables), where the kind has one */
     float unit[2];           /* K / V: the value of one step of a table's codes */
+    int code_max[2];         /* K / V: a table's largest |code - 128| (0 without one) */
 } kvq_attn_itiles;
 
 /* Online-softmax attention of G <= KVQ_ATTN_MAX_G query heads over the first

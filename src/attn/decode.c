@@ -193,6 +193,7 @@ typedef struct run_ctx {
     int k_kind, v_kind; /* KVQ_ITILE_* of the K / V tiles, when integer */
     uint8_t icodes[2][256]; /* K / V code tables of the integer kernel (kvq_attn_itiles.lut) */
     float iunit[2];        /* K / V: their step (kvq_attn_itiles.unit) */
+    int icode_max[2];      /* K / V: their largest |code - 128| (kvq_attn_itiles.code_max) */
     float lut[2][16];  /* K / V row tables (kvq_attn_rows.lut) */
     const float *qd;   /* (n_q, n_head, head_dim) scaled, in the K domain */
     const float *qr;   /* (n_q, n_head, head_dim) scaled, original space */
@@ -323,7 +324,8 @@ static void attend_task(const run_ctx *c, int kvh, int j, int worker) {
             /* Tiles in pairs where the task has two left (kvq_attn_itiles). */
             const int NT = t + 1 < t_end && 2 * T <= KVQ_KV_MAX_TILE ? 2 : 1;
             kvq_attn_itiles it = {.T = T, .NT = NT, .k_kind = c->k_kind, .v_kind = c->v_kind,
-                                  .lut = {c->icodes[0], c->icodes[1]}, .unit = {c->iunit[0], c->iunit[1]}};
+                                  .lut = {c->icodes[0], c->icodes[1]}, .unit = {c->iunit[0], c->iunit[1]},
+                                  .code_max = {c->icode_max[0], c->icode_max[1]}};
             for (int i = 0; i < NT; i++) {
                 const int next = t + NT + i;
                 it.k[i] = sk->tiles[t + i];
@@ -387,11 +389,11 @@ static int itile_code_off(int kind) {
     return kind == KVQ_ITILE_Q4_0 ? 8 : kind == KVQ_ITILE_Q5_0 ? 16 : kind == KVQ_ITILE_Q4_1 || kind == KVQ_ITILE_Q5_1 ? 0 : 128;
 }
 
-/* The integer kernel's code table of a kind (kvq_attn_itiles.lut) and the
- * value of one step of its codes: iq4_nl's int8 codebook as it is; the
- * rotated codecs' centroids in the int8 steps their codec chose once
- * (kvq_rot_state.step_code). */
-static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[256], float *unit) {
+/* The integer kernel's code table of a kind (kvq_attn_itiles.lut), the
+ * value of one step of its codes and their largest |code - 128| (0 without
+ * a table): iq4_nl's int8 codebook as it is; the rotated codecs' centroids
+ * in the int8 steps their codec chose once (kvq_rot_state.step_code). */
+static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[256], float *unit, int *code_max) {
     *unit = 1.0f;
     memset(codes, 0, 256);
     if (kind == KVQ_ITILE_IQ4_NL) {
@@ -418,6 +420,10 @@ static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[256], float 
         memcpy(codes, st->step_code, 16);
         *unit = st->step;
     }
+    /* every table's first 16 entries hold all its codes */
+    *code_max = 0;
+    if (kind == KVQ_ITILE_IQ4_NL || (kind >= KVQ_ITILE_ROT2 && kind <= KVQ_ITILE_ROT4))
+        for (int j = 0; j < 16; j++) *code_max = abs(codes[j] - 128) > *code_max ? abs(codes[j] - 128) : *code_max;
 }
 
 static size_t pad64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -524,8 +530,8 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     if (c.integer) {
         c.k_kind = itile_kind(L, 0);
         c.v_kind = itile_kind(L, 1);
-        itile_codes(L->codec[0], c.k_kind, c.icodes[0], &c.iunit[0]);
-        itile_codes(L->codec[1], c.v_kind, c.icodes[1], &c.iunit[1]);
+        itile_codes(L->codec[0], c.k_kind, c.icodes[0], &c.iunit[0], &c.icode_max[0]);
+        itile_codes(L->codec[1], c.v_kind, c.icodes[1], &c.iunit[1], &c.icode_max[1]);
     }
     const int n_workers = kvq_threadpool_size(pool);
     const size_t n_tasks = (size_t)H * c.tasks_per_head;

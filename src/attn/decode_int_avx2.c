@@ -25,7 +25,6 @@
  * per (head, block) (P x V) by -offset x the weights' sum. f16 V rows (the
  * K-only presets) run P x V in float (decode_avx2.c). */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "attn/attn_kernels.h"
@@ -519,10 +518,9 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float round_p8(const float *p, const fl
  * u8 p): vpmaddubsw's pair must fit s16, so 32767 / (2 max |c|): 136 /
  * 186 / 147 for 2 / 3 / 4 bits (their largest codes 120 / 88 / 111;
  * VNNI: 255, vpdpbusd adds in int32). */
-static inline float rot_p_levels(const uint8_t *lut) {
-    int top = 1;
-    for (int j = 0; j < 16; j++) top = abs(lut[j] - 128) > top ? abs(lut[j] - 128) : top;
-    return (float)(32767 / (2 * top) < 255 ? 32767 / (2 * top) : 255);
+static inline float rot_p_levels(int code_max) {
+    const float levels = floorf(32767.0f / (float)(2 * (code_max > 0 ? code_max : 1)));
+    return levels < 255.0f ? levels : 255.0f;
 }
 
 /* pv for the kinds whose V codes meet p in bytes (decode_vnni.c's
@@ -543,7 +541,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int
     /* |sum| per quad <= 2 x 31 x 127 (q5), 2 x 255 x 16 (q5_1); table kinds: one quad fills s16 (2 x 127 x 127) */
     const int N = LUT ? 1 : has_hi(KIND) ? 4 : 8;
     /* iq4_nl: 127, VNNI's integers (its s8 p x d against codes - 128) */
-    const float levels = rot ? rot_p_levels(it->lut[1]) : U8 && !SGN ? 255.0f : 127.0f;
+    const float levels = rot ? rot_p_levels(it->code_max[1]) : U8 && !SGN ? 255.0f : 127.0f;
     const size_t scales = v_codes(KIND, d, T);
     /* the tokens' V scales ds (nsc, ST) (SGN: their magnitudes, and their
      * signs sg as +-1 bytes) and m + off d ms (nb, ST) */
