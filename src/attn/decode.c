@@ -389,11 +389,12 @@ static int itile_code_off(int kind) {
     return kind == KVQ_ITILE_Q4_0 ? 8 : kind == KVQ_ITILE_Q5_0 ? 16 : kind == KVQ_ITILE_Q4_1 || kind == KVQ_ITILE_Q5_1 ? 0 : 128;
 }
 
-/* The integer kernel's code table of a kind (kvq_attn_itiles.lut), the
- * value of one step of its codes and their largest |code - 128| (0 without
- * a table): iq4_nl's int8 codebook as it is; the rotated codecs' centroids
- * in the int8 steps their codec chose once (kvq_rot_state.step_code). */
-static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[256], float *unit, int *code_max) {
+/* The integer kernel's code table of a kind on side (0 K, 1 V)
+ * (kvq_attn_itiles.lut), the value of one step of its codes and their
+ * largest |code - 128| (0 without a table): iq4_nl's int8 codebook as it
+ * is; the rotated codecs' centroids in the steps their codec chose once for
+ * that side (kvq_rot_state.step_code). */
+static void itile_codes(const kvq_codec *c, int kind, int side, uint8_t codes[256], float *unit, int *code_max) {
     *unit = 1.0f;
     memset(codes, 0, 256);
     if (kind == KVQ_ITILE_IQ4_NL) {
@@ -403,22 +404,22 @@ static void itile_codes(const kvq_codec *c, int kind, uint8_t codes[256], float 
          * 3-5, 2-4, and 2-3 with 5 */
         const kvq_rot_state *st = c->state;
         for (int i = 0; i < 64; i++) {
-            codes[i] = st->step_code[i & 7];
-            codes[64 + i] = st->step_code[(i >> 3) & 7];
-            codes[128 + i] = st->step_code[(i >> 2) & 7];
-            codes[192 + i] = st->step_code[((i >> 2) & 3) | ((i >> 3) & 4)];
+            codes[i] = st->step_code[side][i & 7];
+            codes[64 + i] = st->step_code[side][(i >> 3) & 7];
+            codes[128 + i] = st->step_code[side][(i >> 2) & 7];
+            codes[192 + i] = st->step_code[side][((i >> 2) & 3) | ((i >> 3) & 4)];
         }
-        *unit = st->step;
+        *unit = st->step[side];
     } else if (kind == KVQ_ITILE_ROT2) {
         /* 3 tables of 64 (decode_vnni.c rot_codes): the index in bits 2k, 2k + 1 */
         const kvq_rot_state *st = c->state;
         for (int k = 0; k < 3; k++)
-            for (int i = 0; i < 64; i++) codes[64 * k + i] = st->step_code[(i >> 2 * k) & 3];
-        *unit = st->step;
+            for (int i = 0; i < 64; i++) codes[64 * k + i] = st->step_code[side][(i >> 2 * k) & 3];
+        *unit = st->step[side];
     } else if (kind == KVQ_ITILE_ROT4) {
         const kvq_rot_state *st = c->state;
-        memcpy(codes, st->step_code, 16);
-        *unit = st->step;
+        memcpy(codes, st->step_code[side], 16);
+        *unit = st->step[side];
     }
     /* every table's first 16 entries hold all its codes */
     *code_max = 0;
@@ -530,8 +531,8 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
     if (c.integer) {
         c.k_kind = itile_kind(L, 0);
         c.v_kind = itile_kind(L, 1);
-        itile_codes(L->codec[0], c.k_kind, c.icodes[0], &c.iunit[0], &c.icode_max[0]);
-        itile_codes(L->codec[1], c.v_kind, c.icodes[1], &c.iunit[1], &c.icode_max[1]);
+        itile_codes(L->codec[0], c.k_kind, 0, c.icodes[0], &c.iunit[0], &c.icode_max[0]);
+        itile_codes(L->codec[1], c.v_kind, 1, c.icodes[1], &c.iunit[1], &c.icode_max[1]);
     }
     const int n_workers = kvq_threadpool_size(pool);
     const size_t n_tasks = (size_t)H * c.tasks_per_head;

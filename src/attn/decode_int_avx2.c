@@ -9,26 +9,28 @@
  * each (V: dword lane = dim, 4 tokens). AVX2 has no vpdpbusd; vpmaddubsw
  * (u8 x s8, pairs added in s16) serves where its pairs cannot saturate:
  * the q4 / q5 kinds' small codes against 8-bit weights, the rotated
- * kinds' centroids as s8 (|c| <= 127) against |q| with q's signs moved
- * onto the codes (scores) or against p x V scale rounded to as many u8
- * levels as keep a pair inside s16 (P x V), and iq4_nl's V values as s8
- * against 8-bit p (pv_bytes). q8_0's codes and iq4_nl's K span 0..255
- * as u8, so they are widened to 16 bits by one unpack against zero per
- * 16 bytes and multiplied by a 16-bit weight with vpmaddwd: the query
+ * kinds' K centroids (kept to 6-7 bits: rotated.h KVQ_ROT_CODE_MAX) + an
+ * offset as u8 against the 8-bit query (scores), their V centroids as s8
+ * (|c| <= 127) against p x V scale rounded to as many u8 levels as keep
+ * a pair inside s16 (P x V), and iq4_nl's V values as s8 against 8-bit p
+ * (pv_bytes). q8_0's codes and iq4_nl's K span 0..255 as u8, so they are
+ * widened to 16 bits by one unpack against zero per 16 bytes and
+ * multiplied by a 16-bit weight with vpmaddwd: the query
  * (kvq_attn_qi8.w, ~15 bits per block) for scores, p x V scale rounded
  * to 15 bits per (head, block, run) for P x V. The unpacks keep 128-bit
  * lanes, so a vpmaddwd leaves two partial sums per token (K) or dim (V)
  * in adjacent dwords, and one vphaddd per 8 scores or 8 dims puts them in
  * order. Codes carry an offset (q4_0: 8, q5_0: 16, q8_0 and iq4_nl stored
  * + 128 as u8; q4_1 / q5_1: none, their min added in float; the rotated
- * kinds': removed from their table), corrected once per block (scores) or
- * per (head, block) (P x V) by -offset x the weights' sum. f16 V rows (the
- * K-only presets) run P x V in float (decode_avx2.c). */
+ * kinds' K: 64 or 32, once per head; their V: none), corrected once per
+ * block (scores) or per (head, block) (P x V) by -offset x the weights'
+ * sum. f16 V rows (the K-only presets) run P x V in float (decode_avx2.c). */
 #include <math.h>
 #include <string.h>
 
 #include "attn/attn_kernels.h"
 #include "attn/softmax_avx2.h"
+#include "codec/rotated.h"
 
 #if KVQ_HAVE_X86
 #include <immintrin.h>
@@ -45,6 +47,11 @@
 _Static_assert((int64_t)KVQ_KV_MAX_TILE * 255 * 32767 <= INT32_MAX, "P x V int32 sums");
 _Static_assert((int64_t)32 * 255 * 32385 + (int64_t)128 * 32 * 32385 <= INT32_MAX, "scores: 16-bit query block sums");
 _Static_assert((int64_t)KVQ_MAX_HEAD_DIM * 127 * 127 <= INT32_MAX, "scores: rotated whole-head sums");
+/* The rotated K's u8 codes (c + KVQ_ROT_CODE_MAX + 1) x 8-bit query in
+ * vpmaddubsw's s16: one pair (4 bits), two pairs (2, 3 bits: mac_u8_pair). */
+_Static_assert(2 * (2 * KVQ_ROT_CODE_MAX(4, 0) + 1) * 127 <= INT16_MAX, "scores: rotated 4-bit pairs");
+_Static_assert(4 * (2 * KVQ_ROT_CODE_MAX(3, 0) + 1) * 127 <= INT16_MAX, "scores: rotated 3-bit pairs of pairs");
+_Static_assert(KVQ_ROT_CODE_MAX(2, 0) == KVQ_ROT_CODE_MAX(3, 0), "scores: rotated 2-bit pairs of pairs");
 
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE int32_t hsum8i(__m256i x) {
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
@@ -62,6 +69,7 @@ KVQ_TARGET_AVX2 void kvq_attn_qi8_prepare_avx2(const float *q, int d, int code_o
                                                kvq_attn_qi8 *out) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     float head_max = 0;
+    out->off_all = 0;
     if (one_scale) {
         __m256 mx = _mm256_setzero_ps();
         for (int i = 0; i < d; i += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(q + i)));
@@ -97,6 +105,7 @@ KVQ_TARGET_AVX2 void kvq_attn_qi8_prepare_avx2(const float *q, int d, int code_o
         out->scale[b] = amax / 127.0f;
         out->sum[b] = out->scale[b] * (float)sum8;
         out->off[0][b] = -code_off * sum8;
+        out->off_all += out->off[0][b];
         out->wscale[b] = amax / 127.0f / 254.0f;
         out->wsum[b] = out->wscale[b] * (float)wsum;
         out->w_off[b] = -code_off * wsum;
@@ -192,7 +201,7 @@ static inline int has_lut(int KIND) { return KIND == KVQ_ITILE_IQ4_NL || is_rot(
  * before one vpmaddwd widens them, and each code needs no widening: about
  * half the operations of the 16-bit path. Their query and p are 8 bits
  * (decode_vnni.c's rounding and bounds). Of the others, the rotated kinds
- * (8-bit query, mac_signed) and iq4_nl's V (pv_bytes) take bytes too;
+ * (8-bit query, mac_u8) and iq4_nl's V (pv_bytes) take bytes too;
  * q8_0 and iq4_nl's K take 16 bits. */
 static inline int bytes_path(int KIND) {
     return KIND == KVQ_ITILE_Q4_0 || KIND == KVQ_ITILE_Q5_0 || KIND == KVQ_ITILE_Q4_1 || KIND == KVQ_ITILE_Q5_1;
@@ -240,21 +249,41 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i rot2_field(int k, __m256i z, __
     return _mm256_shuffle_epi8(lut, _mm256_and_si256(srl16(z, 2 * k), _mm256_set1_epi8(0x03)));
 }
 
-/* A table with its codes as s8 (iq4_nl's values; the rotated kinds'
+/* A V table with its codes as s8 (iq4_nl's values; the rotated kinds'
  * centroid / unit, |c| <= 127: rotated.c int8_steps), so their sums need
  * no offset correction. */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i signed_lut(const uint8_t *t) {
     return _mm256_xor_si256(lane_lut(t), _mm256_set1_epi8((char)0x80));
 }
 
-/* *a += s8 codes x (a K half: 8 tokens x 4 dims) dotted with one head's
- * 8-bit query q for those 4 dims (qa: |q|), one int32 per token. The sign
- * trick (llama.cpp's) moves q's signs onto the codes so that vpmaddubsw
- * takes |q| as its u8 side: a pair |q| |c| x 2 <= 2 x 127 x 127 fits s16,
- * and vpmaddwd by 1 adds the two pairs of a token. Against widening the
- * codes to 16 bits: the same two multiplies a head, no unpacks, no fold. */
-KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void mac_signed(__m256i x, const int8_t *q, const int8_t *qa, __m256i *a) {
-    const __m256i t = _mm256_maddubs_epi16(bcast4b(qa), _mm256_sign_epi8(x, bcast4b(q)));
+/* The rotated kinds' K: the table's centroids (|c| <= KVQ_ROT_CODE_MAX)
+ * moved to u8 by rot_k_off, vpmaddubsw's u8 side against the 8-bit query,
+ * and the offset corrected once per head (rot_k_corr). 4 bits: c + 64 <=
+ * 127, a pair of products <= 2 x 127 x 127 fits s16; 2 and 3 bits: c + 32
+ * <= 63, so two slots' pairs add in s16 before the one vpmaddwd that
+ * widens them (mac_u8_pair): per head and code vector 1.5 multiplies,
+ * where the s8 centroids against |q| with q's signs on the codes (the
+ * sign trick) took 2 and a vpsignb. */
+static inline int rot_k_off(int KIND) { return KVQ_ROT_CODE_MAX(rot_bits(KIND), 0) + 1; }
+
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i rot_k_lut(const int KIND, const uint8_t *t) {
+    return _mm256_sub_epi8(lane_lut(t), _mm256_set1_epi8((char)(128 - rot_k_off(KIND))));
+}
+
+/* -rot_k_off x the head's int8 query summed (prepared as -128 x it). */
+static inline int32_t rot_k_corr(const int KIND, const kvq_attn_qi8 *q) { return q->off_all / 128 * rot_k_off(KIND); }
+
+/* *a += u8 codes x (a K half: 8 tokens x 4 dims) dotted with one head's
+ * 8-bit query q for those 4 dims, one int32 per token. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void mac_u8(__m256i x, const int8_t *q, __m256i *a) {
+    *a = _mm256_add_epi32(*a, _mm256_madd_epi16(_mm256_maddubs_epi16(x, bcast4b(q)), _mm256_set1_epi16(1)));
+    __asm__("" : "+x"(*a));
+}
+
+/* mac_u8 of codes x0 against q's 4 dims and x1 against the next 4, their
+ * pairs added in s16. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void mac_u8_pair(__m256i x0, __m256i x1, const int8_t *q, __m256i *a) {
+    const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(x0, bcast4b(q)), _mm256_maddubs_epi16(x1, bcast4b(q + 4)));
     *a = _mm256_add_epi32(*a, _mm256_madd_epi16(t, _mm256_set1_epi16(1)));
     __asm__("" : "+x"(*a));
 }
@@ -279,17 +308,14 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
                                                      int ST) {
     const int nb = d / 32, rot = is_rot(KIND);
     const size_t gb = k_group_bytes(KIND, nb, d), gc = k_group_codes(KIND, nb, d);
-    const __m256i lut = rot ? signed_lut(it->lut[0]) : has_lut(KIND) ? lane_lut(it->lut[0]) : _mm256_setzero_si256();
+    const __m256i lut = rot ? rot_k_lut(KIND, it->lut[0]) : has_lut(KIND) ? lane_lut(it->lut[0]) : _mm256_setzero_si256();
     const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256 qs[INT_PASS_G]; /* rotated: the query's step x the codes' */
-    _Alignas(32) int8_t qa[INT_PASS_G][KVQ_MAX_HEAD_DIM]; /* rotated: |q| (0..127), mac_signed's u8 side */
+    __m256 qs[INT_PASS_G];    /* rotated: the query's step x the codes' */
+    int32_t corr[INT_PASS_G]; /* rotated: rot_k_corr */
 #pragma GCC unroll 4
     for (int g = 0; g < G; g++) {
         qs[g] = _mm256_set1_ps(q[g].scale[0] * it->unit[0]);
-        if (rot)
-            for (int i = 0; i < d; i += 32)
-                _mm256_store_si256((__m256i *)(void *)(qa[g] + i),
-                                   _mm256_abs_epi8(_mm256_load_si256((const __m256i *)(const void *)(q[g].q[0] + i))));
+        corr[g] = rot ? rot_k_corr(KIND, &q[g]) : 0;
     }
     for (int i = 0; i < NT; i++)
 #pragma GCC unroll 2
@@ -305,27 +331,28 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
 #pragma GCC unroll 4
                 for (int g = 0; g < G; g++) {
                     sc[g] = _mm256_setzero_ps();
-                    a[g][0] = a[g][1] = _mm256_setzero_si256();
+                    a[g][0] = _mm256_set1_epi32(corr[g]);
+                    a[g][1] = _mm256_setzero_si256();
                 }
                 if (KIND == KVQ_ITILE_ROT3) {
                     for (int c = 0; c < d / 32; c++) { /* slot k: dims 32c + 4k.. */
                         const __m256i v[3] = {ld256(grp + 64 * (size_t)(3 * c)), ld256(grp + 64 * (size_t)(3 * c + 1)),
                                               ld256(grp + 64 * (size_t)(3 * c + 2))};
-#pragma GCC unroll 8
-                        for (int k = 0; k < 8; k++) {
-                            const __m256i x = rot3_slot(k, v, lut);
 #pragma GCC unroll 4
-                            for (int g = 0; g < G; g++) mac_signed(x, q[g].q[0] + 32 * c + 4 * k, qa[g] + 32 * c + 4 * k, &a[g][0]);
+                        for (int k = 0; k < 8; k += 2) {
+                            const __m256i x0 = rot3_slot(k, v, lut), x1 = rot3_slot(k + 1, v, lut);
+#pragma GCC unroll 4
+                            for (int g = 0; g < G; g++) mac_u8_pair(x0, x1, q[g].q[0] + 32 * c + 4 * k, &a[g][0]);
                         }
                     }
                 } else if (KIND == KVQ_ITILE_ROT2) {
                     for (int m = 0; m < d / 16; m++) { /* field k: dims 16m + 4k.. */
                         const __m256i z = ld256(grp + 64 * (size_t)m);
+#pragma GCC unroll 2
+                        for (int k = 0; k < 4; k += 2) {
+                            const __m256i x0 = rot2_field(k, z, lut), x1 = rot2_field(k + 1, z, lut);
 #pragma GCC unroll 4
-                        for (int k = 0; k < 4; k++) {
-                            const __m256i x = rot2_field(k, z, lut);
-#pragma GCC unroll 4
-                            for (int g = 0; g < G; g++) mac_signed(x, q[g].q[0] + 16 * m + 4 * k, qa[g] + 16 * m + 4 * k, &a[g][0]);
+                            for (int g = 0; g < G; g++) mac_u8_pair(x0, x1, q[g].q[0] + 16 * m + 4 * k, &a[g][0]);
                         }
                     }
                 } else if (KIND == KVQ_ITILE_ROT4) {
@@ -335,7 +362,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
                         for (int nib = 0; nib < 2; nib++) {
                             const __m256i x = nibbles(KIND, z, nib, lut);
 #pragma GCC unroll 4
-                            for (int g = 0; g < G; g++) mac_signed(x, q[g].q[0] + 8 * m + 4 * nib, qa[g] + 8 * m + 4 * nib, &a[g][0]);
+                            for (int g = 0; g < G; g++) mac_u8(x, q[g].q[0] + 8 * m + 4 * nib, &a[g][0]);
                         }
                     }
                 } else {

@@ -15,7 +15,8 @@
  * codes (fifth_bit), q4_1 / q5_1's min m added in float per block (scores)
  * or per (head, block) (P x V).
  * The rotated codecs' b-bit indices (b = 2, 3, 4) go through the same kind
- * of table, into their centroids rounded to int8 + 128 (kvq_attn_itiles.lut);
+ * of table, into their centroids rounded to int8 + 128 (kvq_attn_itiles.lut;
+ * K's to 6-7 bits, the integers of AVX2's scores: rotated.h KVQ_ROT_CODE_MAX);
  * their one scale per row lets the query take one scale per head and p one
  * per (head, tile), so their int32 sums span the whole head; P x V reads
  * those tables as s8 centroids against u8 p.

@@ -89,13 +89,22 @@ typedef struct kvq_rot_state {
     float sqrt_d;
     float centroid[16];  /* (2^bits) ascending, padded with the last */
     float threshold[16]; /* (2^bits - 1) midpoints, padded with +Inf */
-    /* The centroids as u8 codes of an int8 step, for the integer attention
-     * kernel (decode_vnni.c): step_code[j] = round(centroid[j] / step) + 128,
-     * the step chosen once here (rot_init) so that the largest centroid is
-     * 64..127 steps and the worst rounding of any centroid is least. */
-    uint8_t step_code[16];
-    float step;
+    /* The centroids as u8 codes of a step, for the integer attention
+     * kernels (decode_vnni.c, decode_int_avx2.c), K's [0] and V's [1]:
+     * step_code[s][j] = round(centroid[j] / step[s]) + 128, the step chosen
+     * once here (rot_init) so that the largest centroid is at most
+     * KVQ_ROT_CODE_MAX(bits, s) steps (and at least half that) and the
+     * worst rounding of any centroid is least. */
+    uint8_t step_code[2][16];
+    float step[2];
 } kvq_rot_state;
+
+/* The largest |step_code - 128| of a table: V's 127 (int8); K's smaller, so
+ * that AVX2's scores can take the codes + code_max + 1 as vpmaddubsw's u8
+ * side against the 8-bit query without saturating s16 (decode_int_avx2.c):
+ * 4 bits 63 (one product a pair), 2 and 3 bits 31 (two products summed in
+ * s16). The cost in the codebook's precision: rotated.c int8_steps. */
+#define KVQ_ROT_CODE_MAX(bits, side) ((side) ? 127 : (bits) == 4 ? 63 : 31)
 
 /* Lloyd-Max centroids of N(0,1) for 2, 3 and 4 bits (ascending). */
 extern const float kvq_rot_centroids_2[4], kvq_rot_centroids_3[8], kvq_rot_centroids_4[16];

@@ -41,17 +41,20 @@
 #define INT8_BOUND_Q8_0 0.008
 /* Rotated K and V (2-4 bit indices, one scale per row) in the same metric:
  * the query rounded to 8 bits with one scale per head (the rotation spreads
- * it evenly), the centroids to int8 steps (max error 0.0003 / 0.0021 /
- * 0.0079 of the N(0,1) codebook for 2 / 3 / 4 bits: decode.c itile_codes),
- * p x V scale to 8 bits per (head, tile). The centroid rounding is
- * systematic, so a score errs by up to ~0.05-0.1 where |scores| reach 7
- * (a debugging harness, turbo4 d = 32): near-one-hot heads then move most.
- * Measured worst: 0.189 (turbo4 d=32 G=8, second of two queries), 0.113
- * (turbo3 d=128 T=64 G=7); the main test's rotated cases <= 0.025; bound
- * 1.5x the worst. In this metric the codecs' own error is 24-170%
- * (original_bounds), and end to end (`kvq ppl -b 1`, docs/QUALITY.md) the
- * kernel moves KLD by +1.8% (turbo4), +4.0% (turbo3), +0.05% (iso3): about
- * one standard error. */
+ * it evenly), the centroids to integer steps (max error of the N(0,1)
+ * codebook for 2 / 3 / 4 bits: V's 0.0003 / 0.0021 / 0.0079, K's 0.0003 /
+ * 0.0196 / 0.0132 at 6-7 bits: rotated.c int8_steps), p x V scale to 8
+ * bits per (head, tile). The centroid rounding is systematic, so a score
+ * errs by up to ~0.05-0.1 where |scores| reach 7 (a debugging harness,
+ * turbo4 d = 32): near-one-hot heads then move most. Measured worst:
+ * 0.131 (turbo3 d=128 T=64 G=7), 0.084 (turbo4/q5_1 d=128 G=6); with K's
+ * tables at 8 bits (before 2026-12-07, night) 0.189 (turbo4 d=32 G=8,
+ * second of two queries) and 0.113 for that turbo3 case; the main test's
+ * rotated cases <= 0.025; bound 1.5x the worst. In this metric the
+ * codecs' own error is 24-170% (original_bounds), and end to end (`kvq ppl
+ * -b 1`, docs/QUALITY.md) the kernel moves KLD by about one standard error
+ * against the float kernel (turbo4 0.0995 / 0.0987, turbo3 0.340 / 0.339,
+ * iso3 1.062 / 1.048 with K's tables at 6-7 bits). */
 #define INT8_BOUND_ROT 0.28
 /* q4_1, q5_0 and q5_1 K (the same kernel as q4_0: 8-bit query per block;
  * q4_1 / q5_1's min term m x scale x sum(q int8), so the score's error is
@@ -493,7 +496,8 @@ TEST(attn_rejects_bad_arguments) {
  * pairs 0.012 (q4_1/iq4_nl), rotated 0.007; bounds ~1.5x those. Since,
  * not yet measured on an AVX-512 host: the rotated V's own rounding on
  * AVX2 (0.004-0.007 against the reference beside q8_0 K) puts the
- * rotated pairs at an estimated 0.009-0.015. */
+ * rotated pairs at an estimated 0.009-0.015 (their K: the same integers
+ * in both, from the same 6-7 bit tables). */
 #define AVX2_VS_VNNI_BOUND_IQ4NL_K 0.1
 #define AVX2_VS_VNNI_BOUND 0.02
 
@@ -654,8 +658,9 @@ done:
  * throwaway sweep of 1125 cases (15 codecs x d 32-256 x G 1, 4, 7 x T
  * 16-256, 2 seeds; more seeds at the worst shapes) the kernel's error
  * stayed below 0.4 x the codec's own (q8_0: 0.8 x, at <= 0.008), and here
- * below 0.51 x (iso4/iso4 G 6 d 96 T 128: 0.53 against 1.05;
- * `KVQ_TEST_VERBOSE=1` prints every case's share). Stated bound: the larger
+ * below 0.51 x (iso4/iso4 G 6 d 96 T 128: 0.53 against 1.05; 0.146 with
+ * the rotated K's tables at 6-7 bits, the worst share then 0.17, q4_0/q4_0
+ * G 2 d 96 T 80; `KVQ_TEST_VERBOSE=1` prints every case's share). Stated bound: the larger
  * of the pair's INT8_BOUND and 0.75 x the codec's own error in the same
  * metric: the kernel adds less than the cache's compression costs. */
 #define INT8_SHARE_OF_CODEC_ERROR 0.75

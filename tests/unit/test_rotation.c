@@ -200,3 +200,30 @@ TEST(rotation_codebooks_are_lloyd_max) {
         kvq_codec_free(c);
     }
 }
+
+/* The integer kernels' centroid tables (rotated.c int8_steps): within
+ * KVQ_ROT_CODE_MAX steps per side (AVX2's K scores saturate s16 past it:
+ * decode_int_avx2.c's static asserts), the largest at least half of it,
+ * and each centroid within the worst rounding the comments state (K 2 / 3
+ * / 4 bits 0.0003 / 0.0196 / 0.0132, V 0.0003 / 0.0021 / 0.0079). */
+TEST(rotation_integer_tables_within_their_steps) {
+    static const double worst[2][3] = {{0.0003, 0.0196, 0.0132}, {0.0003, 0.0021, 0.0079}};
+    for (int b = 2; b <= 4; b++) {
+        kvq_codec *c = NULL;
+        CHECK_OK(kvq_codec_create(b == 2 ? "turbo2" : b == 3 ? "turbo3" : "turbo4", 64, 0, &c));
+        const kvq_rot_state *st = c->state;
+        for (int side = 0; side < 2; side++) {
+            const int most = KVQ_ROT_CODE_MAX(b, side);
+            int top = 0;
+            double err = 0;
+            for (int j = 0; j < 16; j++) {
+                const int code = st->step_code[side][j] - 128;
+                top = abs(code) > top ? abs(code) : top;
+                err = fmax(err, fabs(code * (double)st->step[side] - st->centroid[j]));
+            }
+            CHECKF(top <= most && 2 * top >= most, "b=%d side %d: largest code %d of %d", b, side, top, most);
+            CHECKF(err <= worst[side][b - 2] + 5e-5, "b=%d side %d: worst rounding %.5f", b, side, err);
+        }
+        kvq_codec_free(c);
+    }
+}
