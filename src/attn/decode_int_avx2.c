@@ -173,6 +173,12 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i fifth_bit(__m256i hi, int from)
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
+/* u8 codes x0 (a K half: 8 tokens x 4 dims) against q's 4 dims and x1
+ * against the next 4: vpmaddubsw's pair sums of both added in s16. */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i dot8_s16(__m256i x0, __m256i x1, const int8_t *q) {
+    return _mm256_add_epi16(_mm256_maddubs_epi16(x0, bcast4b(q)), _mm256_maddubs_epi16(x1, bcast4b(q + 4)));
+}
+
 /* a16 += the s16 pair sums t, pinned as mac's sums are. */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void acc16(__m256i *a16, __m256i t) {
     *a16 = _mm256_add_epi16(*a16, t);
@@ -280,11 +286,9 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void mac_u8(__m256i x, const int8_t *q,
     __asm__("" : "+x"(*a));
 }
 
-/* mac_u8 of codes x0 against q's 4 dims and x1 against the next 4, their
- * pairs added in s16. */
+/* mac_u8 of codes x0 against q's 4 dims and x1 against the next 4 (dot8_s16). */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void mac_u8_pair(__m256i x0, __m256i x1, const int8_t *q, __m256i *a) {
-    const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(x0, bcast4b(q)), _mm256_maddubs_epi16(x1, bcast4b(q + 4)));
-    *a = _mm256_add_epi32(*a, _mm256_madd_epi16(t, _mm256_set1_epi16(1)));
+    *a = _mm256_add_epi32(*a, _mm256_madd_epi16(dot8_s16(x0, x1, q), _mm256_set1_epi16(1)));
     __asm__("" : "+x"(*a));
 }
 
@@ -391,11 +395,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
                                     c1 = _mm256_or_si256(c1, fifth_bit(hi, 2 * m + 1));
                                 }
 #pragma GCC unroll 4
-                                for (int g = 0; g < G; g++) {
-                                    const int8_t *qb = q[g].q[0] + 32 * b + 8 * m;
-                                    acc16(&a16[g], _mm256_add_epi16(_mm256_maddubs_epi16(c0, bcast4b(qb)),
-                                                                    _mm256_maddubs_epi16(c1, bcast4b(qb + 4))));
-                                }
+                                for (int g = 0; g < G; g++) acc16(&a16[g], dot8_s16(c0, c1, q[g].q[0] + 32 * b + 8 * m));
                                 /* |sum| per line <= 2 x 2 x 15 x 127 (q5: 31 x 127): four lines fit s16, q5 two */
                                 if (m == 3 || (has_hi(KIND) && m == 1))
 #pragma GCC unroll 4
