@@ -481,28 +481,40 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE float round_p16(const float *p, const f
 }
 
 /* u8 codes of column col (8 dims: 8 col..) of token quad j of a V tile:
- * 32 bytes, byte 4 l + i = code(4j + i, 8 col + l). Layouts: tile_layout.c. */
-KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i v_column(const int KIND, const uint8_t *vt, int d, int T, int j,
-                                                          int col, __m256i lut) {
+ * 32 bytes, byte 4 l + i = code(4j + i, 8 col + l). Layouts: tile_layout.c.
+ * q8_0 only: the byte kinds take two columns at once (v_column_pair). */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i v_column(const uint8_t *vt, int d, int j, int col) {
+    /* dims 16c.. at 64 (j 2nb + c): s8 codes, flipped to u8 */
+    return _mm256_xor_si256(ld256(vt + ((size_t)j * (d / 16) + col / 2) * 64 + 32 * (col % 2)),
+                            _mm256_set1_epi8((char)0x80));
+}
+
+/* The byte kinds' codes of columns col and col + 2 (col % 4 < 2) of token
+ * quad j, as v_column's, into c[0] and c[1]: in every layout but q8_0's
+ * the two share their bytes (the other nibble, field or slot), so they are
+ * loaded once, and the pass over them shares the p broadcasts (same block). */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void v_column_pair(const int KIND, const uint8_t *vt, int d, int T, int j,
+                                                            int col, __m256i lut, __m256i c[2]) {
     const int nb = d / 32, half = col % 2;
-    if (KIND == KVQ_ITILE_Q8_0) /* dims 16c.. at 64 (j 2nb + c): s8 codes, flipped to u8 */
-        return _mm256_xor_si256(ld256(vt + ((size_t)j * 2 * nb + col / 2) * 64 + 32 * half), _mm256_set1_epi8((char)0x80));
     if (KIND == KVQ_ITILE_ROT2) { /* per quad j and 64 dims c, bits 2k.. of byte 4l + i: dim 64c + 16k + l */
         const __m256i z = ld256(vt + (size_t)j * d + 64 * (size_t)(col / 8) + 32 * half);
-        return rot2_field(col / 2 % 4, z, lut);
+        for (int k = 0; k < 2; k++) c[k] = rot2_field(col / 2 % 4 + k, z, lut);
+        return;
     }
     if (KIND == KVQ_ITILE_ROT3) { /* per octet o and 64 dims c, slot 4 (j % 2) + k: dim 64c + 16k + l */
         const uint8_t *at = vt + (size_t)(j / 2) * 3 * d + 64 * 3 * (size_t)(col / 8) + 32 * half;
         const __m256i v[3] = {ld256(at), ld256(at + 64), ld256(at + 128)};
-        return rot3_slot(4 * (j % 2) + col / 2 % 4, v, lut);
+        for (int k = 0; k < 2; k++) c[k] = rot3_slot(4 * (j % 2) + col / 2 % 4 + k, v, lut);
+        return;
     }
     /* q4_0's layout: block b at 64 (j nb + b), low nibbles dims 32b + l, high 32b + 16 + l */
-    const int b = col / 4, nib = col / 2 % 2;
-    __m256i c = nibbles(KIND, ld256(vt + ((size_t)j * nb + b) * 64 + 32 * half), nib, lut);
-    if (has_hi(KIND)) /* per 16 tokens o and block b: bit 2 (j % 4) + nib of byte 4l + i */
-        c = _mm256_or_si256(c, fifth_bit(ld256(vt + (size_t)T * nb * 16 + 64 * ((size_t)(j / 4) * nb + b) + 32 * half),
-                                         2 * (j % 4) + nib));
-    return c;
+    const int b = col / 4;
+    const __m256i z = ld256(vt + ((size_t)j * nb + b) * 64 + 32 * half);
+    for (int nib = 0; nib < 2; nib++) c[nib] = nibbles(KIND, z, nib, lut);
+    if (has_hi(KIND)) { /* per 16 tokens o and block b: bit 2 (j % 4) + nib of byte 4l + i */
+        const __m256i hi = ld256(vt + (size_t)T * nb * 16 + 64 * ((size_t)(j / 4) * nb + b) + 32 * half);
+        for (int nib = 0; nib < 2; nib++) c[nib] = _mm256_or_si256(c[nib], fifth_bit(hi, 2 * (j % 4) + nib));
+    }
 }
 
 /* Bytes of a V tile's codes (before its scales). */
@@ -558,8 +570,12 @@ static inline float rot_p_levels(int code_max) {
  * (head, run) (their rows' scales are >= 0: every index has its
  * coordinate's sign, rotated.h), iq4_nl's per (head, block) with each
  * block scale's sign put on its codes (ggml's iq4_nl scales take either
- * sign): VNNI's integers, its s8 p d against u8 codes - 128. Per column of 8 dims, one vpmaddubsw per head and token quad,
- * its s16 sums widened every 8 quads (q5: 4; table kinds: every quad). */
+ * sign): VNNI's integers, its s8 p d against u8 codes - 128. Per pair of
+ * columns of 8 dims sharing their code bytes (v_column_pair) and token
+ * quad, one p broadcast and two vpmaddubsw per head, their s16 sums
+ * widened every 8 quads (q5: 4; table kinds: every quad). In pairs: -10
+ * to -13% of the kernel's instructions for the ggml kinds, -5 to -7% for
+ * the rotated ones (callgrind, G 3, d 64). */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int G, int d, int T, int NT,
                                                        const float *p, int ST, const kvq_attn_itiles *it, float *acc) {
     const int nb = d / 32, rot = is_rot(KIND), nsc = rot ? 1 : nb; /* scale groups: blocks, or the row */
@@ -612,50 +628,59 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int
             }
         }
     const __m256i lut = LUT ? signed_lut(it->lut[1]) : _mm256_setzero_si256();
-    /* the next tiles' lines, spread over the columns' passes (a burst of a
-     * whole tile's prefetches would stall: decode.c PREFETCH_TILES) */
+    /* the next tiles' lines, spread over the column pairs' passes (a burst
+     * of a whole tile's prefetches would stall: decode.c PREFETCH_TILES) */
     const size_t v_lines = (scales + 2 * (size_t)T * nsc * (1 + MIN) + 63) / 64;
-    const size_t per_col = (v_lines + (size_t)d / 8 - 1) / ((size_t)d / 8);
-    for (int col = 0; col < d / 8; col++) {
-        const int b = rot ? 0 : col / 4;
-        __m256i a16[INT_PASS_G], a32[INT_PASS_G];
+    const size_t per_pass = (v_lines + (size_t)d / 16 - 1) / ((size_t)d / 16);
+    for (int pair = 0; pair < d / 16; pair++) {
+        const int col = pair / 2 * 4 + pair % 2, b = rot ? 0 : col / 4; /* and col + 2 */
+        __m256i a16[INT_PASS_G][2], a32[INT_PASS_G][2];
 #pragma GCC unroll 4
-        for (int g = 0; g < G; g++) a16[g] = a32[g] = _mm256_setzero_si256();
+        for (int g = 0; g < G; g++) a16[g][0] = a16[g][1] = a32[g][0] = a32[g][1] = _mm256_setzero_si256();
         for (int i = 0; i < NT; i++) {
             const uint8_t *vt = it->v[i], *pf = it->v_next[i];
             const int8_t *pqi = pq + (size_t)i * T;
             if (pf)
-                for (size_t line = col * per_col; line < (col + 1) * per_col && line < v_lines; line++)
+                for (size_t line = pair * per_pass; line < (pair + 1) * per_pass && line < v_lines; line++)
                     prefetch_line(KIND, pf + 64 * line);
 #pragma GCC unroll 8
             for (int j = 0; j < T / 4; j++) {
-                __m256i c = v_column(KIND, vt, d, T, j, col, lut);
-                if (MIN) c = _mm256_sub_epi8(c, _mm256_set1_epi8((char)off));
-                if (SGN) c = _mm256_sign_epi8(c, bcast4b(sg + (size_t)b * ST + i * T + 4 * j));
+                __m256i c[2];
+                v_column_pair(KIND, vt, d, T, j, col, lut, c);
+                const __m256i sign = SGN ? bcast4b(sg + (size_t)b * ST + i * T + 4 * j) : _mm256_setzero_si256();
+                for (int h = 0; h < 2; h++) {
+                    if (MIN) c[h] = _mm256_sub_epi8(c[h], _mm256_set1_epi8((char)off));
+                    if (SGN) c[h] = _mm256_sign_epi8(c[h], sign);
+                }
 #pragma GCC unroll 4
                 for (int g = 0; g < G; g++) {
                     const __m256i pb = bcast4b(pqi + (size_t)(g * nsc + b) * ST + 4 * j);
-                    const __m256i t = U8 ? _mm256_maddubs_epi16(pb, c) : _mm256_maddubs_epi16(c, pb);
-                    if (N == 1) {
-                        a32[g] = _mm256_add_epi32(a32[g], _mm256_madd_epi16(t, _mm256_set1_epi16(1)));
-                        __asm__("" : "+x"(a32[g])); /* mac's reason */
-                    } else {
-                        acc16(&a16[g], t);
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i t = U8 ? _mm256_maddubs_epi16(pb, c[h]) : _mm256_maddubs_epi16(c[h], pb);
+                        if (N == 1) {
+                            a32[g][h] = _mm256_add_epi32(a32[g][h], _mm256_madd_epi16(t, _mm256_set1_epi16(1)));
+                            __asm__("" : "+x"(a32[g][h])); /* mac's reason */
+                        } else {
+                            acc16(&a16[g][h], t);
+                        }
                     }
                 }
                 if (N > 1 && ((j + 1) % N == 0 || j == T / 4 - 1))
 #pragma GCC unroll 4
-                    for (int g = 0; g < G; g++) flush16(&a32[g], &a16[g]);
+                    for (int g = 0; g < G; g++)
+                        for (int h = 0; h < 2; h++) flush16(&a32[g][h], &a16[g][h]);
             }
         }
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) {
             const int k = g * nsc + b;
-            float *dst = acc + (size_t)g * d + 8 * col;
-            const __m256i t = _mm256_add_epi32(a32[g], _mm256_set1_epi32(corr[k]));
-            __m256 base = _mm256_loadu_ps(dst);
-            if (MIN) base = _mm256_add_ps(base, _mm256_set1_ps(pm[k]));
-            _mm256_storeu_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(sp[k]), base));
+            for (int h = 0; h < 2; h++) {
+                float *dst = acc + (size_t)g * d + 8 * (col + 2 * h);
+                const __m256i t = _mm256_add_epi32(a32[g][h], _mm256_set1_epi32(corr[k]));
+                __m256 base = _mm256_loadu_ps(dst);
+                if (MIN) base = _mm256_add_ps(base, _mm256_set1_ps(pm[k]));
+                _mm256_storeu_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_set1_ps(sp[k]), base));
+            }
         }
     }
 }
@@ -690,7 +715,6 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, in
             sp[k] = round_p16(p + g * ST, ds + b * ST, ST, pq + (size_t)k * ST, &sum);
             corr[k] = -code_off(KIND) * sum;
         }
-    const __m256i lut = _mm256_setzero_si256(); /* q8_0 has no table */
     const size_t v_lines = (scales + 2 * (size_t)T * nb + 63) / 64;
     const size_t per_col = (v_lines + (size_t)d / 8 - 1) / ((size_t)d / 8);
     for (int col = 0; col < d / 8; col++) {
@@ -706,7 +730,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv(const int KIND, const int G, in
                     prefetch_line(KIND, pf + 64 * line);
 #pragma GCC unroll 8
             for (int j = 0; j < T / 4; j++) {
-                const wide x = widen(v_column(KIND, vt, d, T, j, col, lut));
+                const wide x = widen(v_column(vt, d, j, col));
 #pragma GCC unroll 4
                 for (int g = 0; g < G; g++) mac(x, bcast4w(pqi + (size_t)(g * nb + b) * ST + 4 * j), a[g]);
             }
