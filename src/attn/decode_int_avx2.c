@@ -239,6 +239,16 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i nibbles(const int KIND, __m256i
     return has_lut(KIND) ? _mm256_shuffle_epi8(lut, c) : c;
 }
 
+/* Both nibbles of z as codes c[0], c[1]; q5: with their fifth bits, bits
+ * from and from + 1 of hi's bytes (the K and V layouts alike). */
+KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void nibble_pair(const int KIND, __m256i z, __m256i hi, int from,
+                                                          __m256i lut, __m256i c[2]) {
+    for (int nib = 0; nib < 2; nib++) {
+        c[nib] = nibbles(KIND, z, nib, lut);
+        if (has_hi(KIND)) c[nib] = _mm256_or_si256(c[nib], fifth_bit(hi, from + nib));
+    }
+}
+
 /* u8 codes of slot s of 3-bit triples v[0..2] (tile_layout.c rot3_walk;
  * decode_vnni.c rot3_slot without VBMI). */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i rot3_slot(int s, const __m256i v[3], __m256i lut) {
@@ -388,14 +398,10 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
                             for (int g = 0; g < G; g++) a16[g] = _mm256_setzero_si256();
 #pragma GCC unroll 4
                             for (int m = 0; m < 4; m++) { /* low nibbles dims 32b + 8m.., high + 4 */
-                                const __m256i z = ld256(grp + (size_t)(4 * b + m) * 64);
-                                __m256i c0 = nibbles(KIND, z, 0, lut), c1 = nibbles(KIND, z, 1, lut);
-                                if (has_hi(KIND)) {
-                                    c0 = _mm256_or_si256(c0, fifth_bit(hi, 2 * m));
-                                    c1 = _mm256_or_si256(c1, fifth_bit(hi, 2 * m + 1));
-                                }
+                                __m256i c[2];
+                                nibble_pair(KIND, ld256(grp + (size_t)(4 * b + m) * 64), hi, 2 * m, lut, c);
 #pragma GCC unroll 4
-                                for (int g = 0; g < G; g++) acc16(&a16[g], dot8_s16(c0, c1, q[g].q[0] + 32 * b + 8 * m));
+                                for (int g = 0; g < G; g++) acc16(&a16[g], dot8_s16(c[0], c[1], q[g].q[0] + 32 * b + 8 * m));
                                 /* |sum| per line <= 2 x 2 x 15 x 127 (q5: 31 x 127): four lines fit s16, q5 two */
                                 if (m == 3 || (has_hi(KIND) && m == 1))
 #pragma GCC unroll 4
@@ -509,12 +515,10 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void v_column_pair(const int KIND, cons
     }
     /* q4_0's layout: block b at 64 (j nb + b), low nibbles dims 32b + l, high 32b + 16 + l */
     const int b = col / 4;
-    const __m256i z = ld256(vt + ((size_t)j * nb + b) * 64 + 32 * half);
-    for (int nib = 0; nib < 2; nib++) c[nib] = nibbles(KIND, z, nib, lut);
-    if (has_hi(KIND)) { /* per 16 tokens o and block b: bit 2 (j % 4) + nib of byte 4l + i */
-        const __m256i hi = ld256(vt + (size_t)T * nb * 16 + 64 * ((size_t)(j / 4) * nb + b) + 32 * half);
-        for (int nib = 0; nib < 2; nib++) c[nib] = _mm256_or_si256(c[nib], fifth_bit(hi, 2 * (j % 4) + nib));
-    }
+    /* q5: per 16 tokens o and block b, bit 2 (j % 4) + nib of byte 4l + i */
+    const __m256i hi = has_hi(KIND) ? ld256(vt + (size_t)T * nb * 16 + 64 * ((size_t)(j / 4) * nb + b) + 32 * half)
+                                    : _mm256_setzero_si256();
+    nibble_pair(KIND, ld256(vt + ((size_t)j * nb + b) * 64 + 32 * half), hi, 2 * (j % 4), lut, c);
 }
 
 /* Bytes of a V tile's codes (before its scales). */
