@@ -104,6 +104,15 @@ $(BUILD)/tile-decode-bench: $(BUILD)/obj/bench/tile_decode_bench.o $(BUILD)/libk
 bench-tile-decode: $(BUILD)/tile-decode-bench
 	$(BUILD)/tile-decode-bench
 
+# The decode integer kernel alone, tiles in L1 / L2: ns and cycles a token,
+# every integer kernel x codec x G (bench/int_kernel_bench.c); not part of `all`.
+.PHONY: bench-int-kernel
+$(BUILD)/int-kernel-bench: $(BUILD)/obj/bench/int_kernel_bench.o $(BUILD)/libkvq.a
+	$(CC) -pthread -o $@ $^ $(LDLIBS)
+
+bench-int-kernel: $(BUILD)/int-kernel-bench
+	$(BUILD)/int-kernel-bench
+
 # Decode-attention prototype: interleaved VNNI tiles vs the fused row kernel
 # (bench/attn_proto.c, docs/ATTN_PROTO.md); not part of `all`.
 .PHONY: bench-attn-proto

@@ -180,6 +180,16 @@ void kvq_attn_tile_f32_avx512(int G, int d, int n, const float *q, const void *k
 void kvq_attn_tile_f16_avx512(int G, int d, int n, const float *q, const void *k, const void *v, const void *k_next,
                               const void *v_next, float *m, float *l, float *acc);
 
+/* The integer kernel's view of layer L's interleaved tiles (L->interleaved[0]):
+ * their kinds, code tables (written to codes, which must outlive it), units
+ * and largest codes; T, NT and the tile pointers are left to the caller.
+ * kvq_attn_itiles_query prepares a query in K's domain (scaled, rotated)
+ * for the kernel of kern over such tiles. Decode's own setup, and
+ * bench/int_kernel_bench.c's. */
+void kvq_attn_itiles_setup(const kvq_kv_layer *L, uint8_t codes[2][256], kvq_attn_itiles *it);
+void kvq_attn_itiles_query(const kvq_attn_kernels *kern, const kvq_attn_itiles *it, const float *qd, int d,
+                           kvq_attn_qi8 *out);
+
 /* Causal attention of n_q queries at positions pos0.. (each sees positions
  * up to its own; decode is n_q = 1 at the last token) over one layer.
  * q, out: (n_q, n_head, head_dim). isa picks the kernels (tests force each

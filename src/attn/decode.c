@@ -190,10 +190,8 @@ typedef struct run_ctx {
     int fmt[2];        /* K / V fused row formats; -1 when the fused kernel cannot read them */
     int in_place;      /* the fused kernel reads the tiles' rows in place (see FUSED_MAX_QUERIES) */
     int integer;       /* the integer kernel reads the interleaved tiles in place (same rule) */
-    int k_kind, v_kind; /* KVQ_ITILE_* of the K / V tiles, when integer */
-    uint8_t icodes[2][256]; /* K / V code tables of the integer kernel (kvq_attn_itiles.lut) */
-    float iunit[2];        /* K / V: their step (kvq_attn_itiles.unit) */
-    int icode_max[2];      /* K / V: their largest |code - 128| (kvq_attn_itiles.code_max) */
+    kvq_attn_itiles itiles; /* the integer kernel's view of the tiles, but for T, NT and the tile pointers (when integer) */
+    uint8_t icodes[2][256]; /* K / V code tables of the integer kernel (itiles.lut points here) */
     float lut[2][16];  /* K / V row tables (kvq_attn_rows.lut) */
     const float *qd;   /* (n_q, n_head, head_dim) scaled, in the K domain */
     const float *qr;   /* (n_q, n_head, head_dim) scaled, original space */
@@ -323,9 +321,9 @@ static void attend_task(const run_ctx *c, int kvh, int j, int worker) {
         if (c->integer) {
             /* Tiles in pairs where the task has two left (kvq_attn_itiles). */
             const int NT = t + 1 < t_end && 2 * T <= KVQ_KV_MAX_TILE ? 2 : 1;
-            kvq_attn_itiles it = {.T = T, .NT = NT, .k_kind = c->k_kind, .v_kind = c->v_kind,
-                                  .lut = {c->icodes[0], c->icodes[1]}, .unit = {c->iunit[0], c->iunit[1]},
-                                  .code_max = {c->icode_max[0], c->icode_max[1]}};
+            kvq_attn_itiles it = c->itiles;
+            it.T = T;
+            it.NT = NT;
             for (int i = 0; i < NT; i++) {
                 const int next = t + NT + i;
                 it.k[i] = sk->tiles[t + i];
@@ -425,6 +423,21 @@ static void itile_codes(const kvq_codec *c, int kind, int side, uint8_t codes[25
     *code_max = 0;
     if (kind == KVQ_ITILE_IQ4_NL || (kind >= KVQ_ITILE_ROT2 && kind <= KVQ_ITILE_ROT4))
         for (int j = 0; j < 16; j++) *code_max = abs(codes[j] - 128) > *code_max ? abs(codes[j] - 128) : *code_max;
+}
+
+void kvq_attn_itiles_setup(const kvq_kv_layer *L, uint8_t codes[2][256], kvq_attn_itiles *it) {
+    memset(it, 0, sizeof(*it));
+    it->k_kind = itile_kind(L, 0);
+    it->v_kind = itile_kind(L, 1);
+    itile_codes(L->codec[0], it->k_kind, 0, codes[0], &it->unit[0], &it->code_max[0]);
+    itile_codes(L->codec[1], it->v_kind, 1, codes[1], &it->unit[1], &it->code_max[1]);
+    it->lut[0] = codes[0];
+    it->lut[1] = codes[1];
+}
+
+void kvq_attn_itiles_query(const kvq_attn_kernels *kern, const kvq_attn_itiles *it, const float *qd, int d,
+                           kvq_attn_qi8 *out) {
+    kern->qi8(qd, d, itile_code_off(it->k_kind), it->k_kind >= KVQ_ITILE_ROT2, out);
 }
 
 static size_t pad64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -529,10 +542,7 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
      * integer kernel, so no int8 query either. */
     c.integer = c.kern.integer && L->interleaved[0] && n_q <= FUSED_MAX_QUERIES && L->n_tiles > 0;
     if (c.integer) {
-        c.k_kind = itile_kind(L, 0);
-        c.v_kind = itile_kind(L, 1);
-        itile_codes(L->codec[0], c.k_kind, 0, c.icodes[0], &c.iunit[0], &c.icode_max[0]);
-        itile_codes(L->codec[1], c.v_kind, 1, c.icodes[1], &c.iunit[1], &c.icode_max[1]);
+        kvq_attn_itiles_setup(L, c.icodes, &c.itiles);
     }
     const int n_workers = kvq_threadpool_size(pool);
     const size_t n_tasks = (size_t)H * c.tasks_per_head;
@@ -559,7 +569,7 @@ kvq_status kvq_attn_run(const kvq_kv *kv, int layer, kvq_threadpool *pool, kvq_i
         else kvq_codec_to_domain(L->codec[0], qr + r * d, qd + r * d);
     }
     for (size_t r = 0; qi && r < (size_t)n_q * n_head; r++)
-        c.kern.qi8(qd + r * d, d, itile_code_off(c.k_kind), c.k_kind >= KVQ_ITILE_ROT2, &qi[r]);
+        kvq_attn_itiles_query(&c.kern, &c.itiles, qd + r * d, d, &qi[r]);
     c.qd = qd;
     c.qr = qr;
     c.qi = qi;
