@@ -23,6 +23,10 @@ double cli_now(void);
 int cli_parse_int(const char *flag, const char *text, long lo, long hi, long *out);
 /* The same for a finite decimal number in [lo, hi]. */
 int cli_parse_float(const char *flag, const char *text, double lo, double hi, double *out);
+/* A numeric macro as a string literal, for help texts that quote the
+ * library's defaults (so they cannot drift from them). */
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x)
 /* A comma-separated list option ("f16,q8_0,turbo4"). */
 #define CLI_LIST_MAX 64
 typedef struct cli_str_list {

@@ -16,7 +16,7 @@ const char *cli_model_opts_help(void) {
            "                        model; `make model` fetches it)\n"
            "  -t, --threads N       threads (default: every core)\n"
            "  -c, --ctx-size N      context length (default: the model's trained length)\n"
-           "  -b, --batch-size N    prompt tokens per forward chunk (default 256)\n"
+           "  -b, --batch-size N    prompt tokens per forward chunk (default " CLI_STR(KVQ_DEFAULT_N_BATCH) ")\n"
            "  -ctk, --cache-type-k T  K codec (default f16); `kvq codecs` lists them\n"
            "  -ctv, --cache-type-v T  V codec (default f16)\n"
            "  --kv NAME             preset for both: a codec name (K = V) or k8v4, k_iso3,\n"

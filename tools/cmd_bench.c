@@ -61,7 +61,7 @@ static void usage(FILE *f) {
                "  --fill prefill|copy   how configs reach a depth: each prefills (default, as\n"
                "                        llama-bench), or each copies the f16 control's rows\n"
                "  -c, --ctx-size N      context length (default: largest depth + longest test)\n"
-               "  -b, --batch-size N    prompt tokens per forward chunk (default 256)\n"
+               "  -b, --batch-size N    prompt tokens per forward chunk (default " CLI_STR(KVQ_DEFAULT_N_BATCH) ")\n"
                "  --kv-sinks N, --kv-boundary L, --kv-no-center, --kv-seed N, --kv-layout L\n"
                "                        as in `kvq run --help`, applied to every KV config\n"
                "  --mmap                map the model files instead of reading them into huge\n"

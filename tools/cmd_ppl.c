@@ -61,7 +61,7 @@ static void usage(FILE *f) {
             "  -m, --model FILE      GGUF model (default: $KVQ_MODEL, else the cached default\n"
             "                        model; `make model` fetches it)\n"
             "  -t, --threads N       threads (default: every core)\n"
-            "  -b, --batch-size N    prompt tokens per forward chunk (default 256)\n"
+            "  -b, --batch-size N    prompt tokens per forward chunk (default " CLI_STR(KVQ_DEFAULT_N_BATCH) ")\n"
             "  --kv-sinks N, --kv-boundary L, --kv-no-center, --kv-seed N, --kv-layout L,\n"
             "  --int8-prefill, --float-decode, --mmap\n"
             "                        as in `kvq run --help`\n"
