@@ -1,6 +1,6 @@
 /* int_kernel_bench.c — the decode integer kernel alone, its tiles in L1 / L2
  * (`make bench-int-kernel`, or build/int-kernel-bench [-G LIST] [-d D]
- * [CODEC...]). Per codec (K = V = CODEC), per integer kernel this CPU runs
+ * [-k KERNEL] [CODEC...]). Per codec (K = V = CODEC), per integer kernel this CPU runs
  * (AVX2's; AVX512-VNNI's where the CPU has it) and per GQA group size G:
  * one layer, one kv head, 512 tokens in 16 interleaved tiles of 32 (random
  * rows, outlier channels in K), G queries; the kernel over the 16 tiles in
@@ -133,10 +133,11 @@ static kvq_kv *filled_cache(const char *name, int d) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: int-kernel-bench [-G LIST] [-d HEAD_DIM] [CODEC...]\n"
+    fprintf(f, "usage: int-kernel-bench [-G LIST] [-d HEAD_DIM] [-k KERNEL] [CODEC...]\n"
                "  The decode integer kernel alone over 512 cached tokens (L1 / L2), K = V = CODEC.\n"
                "  -G LIST      query heads per kv head, comma-separated (default 3,4)\n"
                "  -d HEAD_DIM  head_dim (default 64)\n"
+               "  -k KERNEL    only this kernel: avx2 or avx512 (VNNI) (default: each the CPU runs)\n"
                "  CODEC...     default: q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl turbo2 turbo3 turbo4\n");
 }
 
@@ -144,6 +145,7 @@ int main(int argc, char **argv) {
     static const char *const default_codecs[] = {"q8_0",   "q4_0",   "q4_1",   "q5_0",  "q5_1",
                                                  "iq4_nl", "turbo2", "turbo3", "turbo4"};
     int groups[KVQ_ATTN_MAX_G], n_groups = 0, d = 64;
+    const char *only = NULL; /* -k */
     const char *codecs[64];
     int n_codecs = 0;
     for (int i = 1; i < argc; i++) {
@@ -169,6 +171,12 @@ int main(int argc, char **argv) {
                 return 2;
             }
             d = (int)v;
+        } else if (!strcmp(argv[i], "-k") && i + 1 < argc) {
+            only = argv[++i];
+            if (strcmp(only, "avx2") && strcmp(only, "avx512")) {
+                fprintf(stderr, "int-kernel-bench: -k wants avx2 or avx512: '%s'\n", only);
+                return 2;
+            }
         } else if (argv[i][0] == '-' || n_codecs == (int)KVQ_ARRAY_LEN(codecs)) {
             usage(stderr);
             return 2;
@@ -193,7 +201,7 @@ int main(int argc, char **argv) {
         for (int isa = kvq_isa_default(); isa >= 0; isa--) {
             kvq_attn_kernels kern;
             kvq_attn_kernels_get((kvq_isa)isa, &kern);
-            if (!kern.integer) continue;
+            if (!kern.integer || (only && strcmp(only, kvq_isa_name((kvq_isa)isa)))) continue;
             /* a path without a kernel of its own borrows the next lower one's: list each kernel once */
             kvq_attn_kernels lower = {0};
             if (isa > 0) kvq_attn_kernels_get((kvq_isa)(isa - 1), &lower);
