@@ -498,19 +498,21 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE __m256i v_column(const uint8_t *vt, int
 /* The byte kinds' codes of columns col and col + 2 (col % 4 < 2) of token
  * quad j, as v_column's, into c[0] and c[1]: in every layout but q8_0's
  * the two share their bytes (the other nibble, field or slot), so they are
- * loaded once, and the pass over them shares the p broadcasts (same block). */
+ * loaded once, and the pass over them shares the p broadcasts (same block).
+ * SUB: col / 2 % 4, a constant where it picks rot2's field or rot3's slot
+ * (pv_bytes). */
 KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void v_column_pair(const int KIND, const uint8_t *vt, int d, int T, int j,
-                                                            int col, __m256i lut, __m256i c[2]) {
+                                                            int col, const int SUB, __m256i lut, __m256i c[2]) {
     const int nb = d / 32, half = col % 2;
     if (KIND == KVQ_ITILE_ROT2) { /* per quad j and 64 dims c, bits 2k.. of byte 4l + i: dim 64c + 16k + l */
         const __m256i z = ld256(vt + (size_t)j * d + 64 * (size_t)(col / 8) + 32 * half);
-        for (int k = 0; k < 2; k++) c[k] = rot2_field(col / 2 % 4 + k, z, lut);
+        for (int k = 0; k < 2; k++) c[k] = rot2_field(SUB + k, z, lut);
         return;
     }
     if (KIND == KVQ_ITILE_ROT3) { /* per octet o and 64 dims c, slot 4 (j % 2) + k: dim 64c + 16k + l */
         const uint8_t *at = vt + (size_t)(j / 2) * 3 * d + 64 * 3 * (size_t)(col / 8) + 32 * half;
         const __m256i v[3] = {ld256(at), ld256(at + 64), ld256(at + 128)};
-        for (int k = 0; k < 2; k++) c[k] = rot3_slot(4 * (j % 2) + col / 2 % 4 + k, v, lut);
+        for (int k = 0; k < 2; k++) c[k] = rot3_slot(4 * (j % 2) + SUB + k, v, lut);
         return;
     }
     /* q4_0's layout: block b at 64 (j nb + b), low nibbles dims 32b + l, high 32b + 16 + l */
@@ -636,8 +638,17 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int
      * of a whole tile's prefetches would stall: decode.c PREFETCH_TILES) */
     const size_t v_lines = (scales + 2 * (size_t)T * nsc * (1 + MIN) + 63) / 64;
     const size_t per_pass = (v_lines + (size_t)d / 16 - 1) / ((size_t)d / 16);
-    for (int pair = 0; pair < d / 16; pair++) {
+    /* rot2 / rot3 take the pairs with field or slot SUB = col / 2 % 4 = 0,
+     * then those with 2, so that SUB is a constant: as a variable it put
+     * rot3's three code vectors on the stack to index them (turbo3: 2 stores
+     * and 3 loads a token more). The pairs are independent: the same sums. */
+    const int SPLIT = KIND == KVQ_ITILE_ROT2 || KIND == KVQ_ITILE_ROT3;
+#pragma GCC unroll 2
+    for (int su = 0; su <= SPLIT; su++)
+    for (int n = 0; n < (SPLIT ? d / 32 : d / 16); n++) {
+        const int pair = SPLIT ? 4 * (n / 2) + 2 * su + n % 2 : n;
         const int col = pair / 2 * 4 + pair % 2, b = rot ? 0 : col / 4; /* and col + 2 */
+        const int SUB = SPLIT ? 2 * su : 0;
         __m256i a16[INT_PASS_G][2], a32[INT_PASS_G][2];
 #pragma GCC unroll 4
         for (int g = 0; g < G; g++) a16[g][0] = a16[g][1] = a32[g][0] = a32[g][1] = _mm256_setzero_si256();
@@ -650,7 +661,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void pv_bytes(const int KIND, const int
 #pragma GCC unroll 8
             for (int j = 0; j < T / 4; j++) {
                 __m256i c[2];
-                v_column_pair(KIND, vt, d, T, j, col, lut, c);
+                v_column_pair(KIND, vt, d, T, j, col, SUB, lut, c);
                 const __m256i sign = SGN ? bcast4b(sg + (size_t)b * ST + i * T + 4 * j) : _mm256_setzero_si256();
                 for (int h = 0; h < 2; h++) {
                     if (MIN) c[h] = _mm256_sub_epi8(c[h], _mm256_set1_epi8((char)off));
