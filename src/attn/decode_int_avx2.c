@@ -349,7 +349,7 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
                     a[g][1] = _mm256_setzero_si256();
                 }
                 if (KIND == KVQ_ITILE_ROT3) {
-                    /* unrolled: as a loop its four accumulators went through the stack */
+                    /* unrolled: as a loop (two groups at d 64) its accumulators went through the stack */
 #pragma GCC unroll 2
                     for (int c = 0; c < d / 32; c++) { /* slot k: dims 32c + 4k.. */
                         const __m256i v[3] = {ld256(grp + 64 * (size_t)(3 * c)), ld256(grp + 64 * (size_t)(3 * c + 1)),
