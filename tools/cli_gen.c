@@ -7,15 +7,23 @@
 
 #include "cli.h"
 
+/* The defaults quoted from the library's, so the help cannot drift from
+ * them; built once (run and chat print it once). */
 const char *cli_sample_opts_help(void) {
-    return "sampling options (llama.cpp's names; --temp 0 is greedy):\n"
-           "  --temp T              temperature (default 0.8)\n"
-           "  --top-k N             keep the N most likely tokens (default 40; 0 = off)\n"
-           "  --top-p P             keep the smallest set with probability >= P (default 0.95)\n"
-           "  --min-p P             drop tokens below P x the top probability (default 0.05)\n"
-           "  --repeat-penalty R    penalize the last --repeat-last-n tokens (default 1.0 = off)\n"
-           "  --repeat-last-n N     window of the repeat penalty (default 64)\n"
-           "  -s, --seed N          sampling seed: the same seed gives the same text (default 0)\n";
+    static char text[1024];
+    const kvq_sampler_params d = kvq_sampler_default_params();
+    snprintf(text, sizeof text,
+             "sampling options (llama.cpp's names; --temp 0 is greedy):\n"
+             "  --temp T              temperature (default %g)\n"
+             "  --top-k N             keep the N most likely tokens (default %d; 0 = off)\n"
+             "  --top-p P             keep the smallest set with probability >= P (default %g)\n"
+             "  --min-p P             drop tokens below P x the top probability (default %g)\n"
+             "  --repeat-penalty R    penalize the last --repeat-last-n tokens (default %.1f%s)\n"
+             "  --repeat-last-n N     window of the repeat penalty (default %d)\n"
+             "  -s, --seed N          sampling seed: the same seed gives the same text (default %llu)\n",
+             (double)d.temp, (int)d.top_k, (double)d.top_p, (double)d.min_p, (double)d.repeat_penalty,
+             d.repeat_penalty == 1.0f ? " = off" : "", (int)d.repeat_last_n, (unsigned long long)d.seed);
+    return text;
 }
 
 int cli_sample_opts_parse(kvq_sampler_params *p, int argc, char **argv, int *i) {
