@@ -105,7 +105,8 @@ bench-tile-decode: $(BUILD)/tile-decode-bench
 	$(BUILD)/tile-decode-bench
 
 # The decode integer kernel alone, tiles in L1 / L2: ns and cycles a token,
-# every integer kernel x codec x G (bench/int_kernel_bench.c); not part of `all`.
+# every integer kernel x codec x G, and the f16 / bf16 tile kernel they are
+# measured against (bench/int_kernel_bench.c); not part of `all`.
 .PHONY: bench-int-kernel
 $(BUILD)/int-kernel-bench: $(BUILD)/obj/bench/int_kernel_bench.o $(BUILD)/libkvq.a
 	$(CC) -pthread -o $@ $^ $(LDLIBS)

@@ -1,10 +1,13 @@
 /* int_kernel_bench.c — the decode integer kernel alone, its tiles in L1 / L2
  * (`make bench-int-kernel`, or build/int-kernel-bench [-G LIST] [-d D]
  * [-k KERNEL] [CODEC...]). Per codec (K = V = CODEC), per integer kernel this CPU runs
- * (AVX2's; AVX512-VNNI's where the CPU has it) and per GQA group size G:
+ * (AVX2's; AVX512-VNNI's where the CPU has it) and per GQA group size G;
+ * for f16 and bf16, the control the integer kernels are measured against,
+ * the tile kernel that reads their rows in place (decode's, this CPU's best):
  * one layer, one kv head, 512 tokens in 16 interleaved tiles of 32 (random
  * rows, outlier channels in K), G queries; the kernel over the 16 tiles in
- * runs of two (as decode calls it), best of 400 passes. Prints ns a token
+ * runs of two (as decode calls it; f16 / bf16: tile by tile, the tile two
+ * ahead prefetched, as decode), best of 400 passes. Prints ns a token
  * (and kv head), the same in core cycles at the clock timed just before the
  * row (a dependent chain of adds: one a cycle), and a hash of the kernel's
  * output (m, l, acc) to tell a bit-identical change from one that is not.
@@ -57,9 +60,11 @@ typedef struct result {
     uint64_t hash;
 } result;
 
-/* The kernel of kern over the layer's 16 tiles, G queries qi. */
+/* The kernel of kern over the layer's 16 tiles, G queries: the integer
+ * kernel's qi, or (rows: the tiles' row kind, else -1) the tile kernel's q
+ * (G, d). */
 static result time_kernel(const kvq_attn_kernels *kern, const kvq_kv_layer *L, const kvq_attn_itiles *setup, int G,
-                          int d, const kvq_attn_qi8 *qi) {
+                          int d, const kvq_attn_qi8 *qi, int rows, const float *q) {
     static float m[KVQ_ATTN_MAX_G], l[KVQ_ATTN_MAX_G], acc[KVQ_ATTN_MAX_G * KVQ_MAX_HEAD_DIM];
     kvq_attn_itiles runs[N_TILES / 2];
     for (int r = 0; r < N_TILES / 2; r++) {
@@ -80,7 +85,15 @@ static result time_kernel(const kvq_attn_kernels *kern, const kvq_kv_layer *L, c
         for (int g = 0; g < G; g++) m[g] = -1e30f, l[g] = 0;
         memset(acc, 0, sizeof(float) * (size_t)G * d);
         const double t0 = now();
-        for (int r = 0; r < N_TILES / 2; r++) kern->integer(G, d, 2 * T, qi, &runs[r], m, l, acc);
+        if (rows >= 0)
+            for (int t = 0; t < N_TILES; t++) {
+                const uint8_t *const *k = (const uint8_t *const *)L->streams[0].tiles;
+                const uint8_t *const *v = (const uint8_t *const *)L->streams[1].tiles;
+                const int ahead = t + 2 < N_TILES;
+                kern->tile[rows](G, d, T, q, k[t], v[t], ahead ? k[t + 2] : NULL, ahead ? v[t + 2] : NULL, m, l, acc);
+            }
+        else
+            for (int r = 0; r < N_TILES / 2; r++) kern->integer(G, d, 2 * T, qi, &runs[r], m, l, acc);
         const double dt = now() - t0;
         if (dt < res.ns_per_token) res.ns_per_token = dt;
         __asm__ volatile("" ::"r"(acc) : "memory");
@@ -94,9 +107,14 @@ static result time_kernel(const kvq_attn_kernels *kern, const kvq_kv_layer *L, c
     return res;
 }
 
+/* The row kind of the codecs the tile kernel reads in place, else -1. */
+static int row_kind(const char *name) {
+    return !strcmp(name, "f16") ? KVQ_ROWS_F16 : !strcmp(name, "bf16") ? KVQ_ROWS_BF16 : -1;
+}
+
 /* One layer, one kv head of codec K = V = name at head_dim d, holding
- * N_TOKENS random tokens in interleaved tiles; NULL (and a message) if the
- * codec has no interleaved tiles or anything fails. */
+ * N_TOKENS random tokens in interleaved tiles (f16 / bf16: rows); NULL (and
+ * a message) if the codec has neither or anything fails. */
 static kvq_kv *filled_cache(const char *name, int d) {
     kvq_kv_params p;
     kvq_kv_params_default(&p);
@@ -124,7 +142,7 @@ static kvq_kv *filled_cache(const char *name, int d) {
             return NULL;
         }
     }
-    if (!kv->layers[0].interleaved[0] || kv->layers[0].n_tiles != N_TILES) {
+    if ((!kv->layers[0].interleaved[0] && row_kind(name) < 0) || kv->layers[0].n_tiles != N_TILES) {
         fprintf(stderr, "int-kernel-bench: %s has no interleaved tiles at head_dim %d: skipped\n", name, d);
         kvq_kv_free(kv);
         return NULL;
@@ -132,18 +150,27 @@ static kvq_kv *filled_cache(const char *name, int d) {
     return kv;
 }
 
+/* One row of the table; ghz timed just before the kernel ran (the clock drifts). */
+static void print_row(const char *codec, const char *kernel, int G, double ghz, result r) {
+    printf("%-8s %-8s %2d %9.2f %9.1f %6.2f  %016llx\n", codec, kernel, G, r.ns_per_token, r.ns_per_token * ghz, ghz,
+           (unsigned long long)r.hash);
+    fflush(stdout);
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: int-kernel-bench [-G LIST] [-d HEAD_DIM] [-k KERNEL] [CODEC...]\n"
-               "  The decode integer kernel alone over 512 cached tokens (L1 / L2), K = V = CODEC.\n"
+               "  The decode integer kernel alone over 512 cached tokens (L1 / L2), K = V = CODEC;\n"
+               "  f16 and bf16: the tile kernel that reads their rows (the integer kernels' control).\n"
                "  -G LIST      query heads per kv head, comma-separated (default 3,4)\n"
                "  -d HEAD_DIM  head_dim (default 64)\n"
-               "  -k KERNEL    only this kernel: avx2 or avx512 (VNNI) (default: each the CPU runs)\n"
-               "  CODEC...     default: q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl turbo2 turbo3 turbo4\n");
+               "  -k KERNEL    only this kernel: avx2 or avx512 (VNNI) (default: each the CPU runs;\n"
+               "               f16 / bf16 run the CPU's best tile kernel whatever -k says)\n"
+               "  CODEC...     default: f16 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl turbo2 turbo3 turbo4\n");
 }
 
 int main(int argc, char **argv) {
-    static const char *const default_codecs[] = {"q8_0",   "q4_0",   "q4_1",   "q5_0",  "q5_1",
-                                                 "iq4_nl", "turbo2", "turbo3", "turbo4"};
+    static const char *const default_codecs[] = {"f16",  "q8_0",   "q4_0",   "q4_1",   "q5_0",
+                                                 "q5_1", "iq4_nl", "turbo2", "turbo3", "turbo4"};
     int groups[KVQ_ATTN_MAX_G], n_groups = 0, d = 64;
     const char *only = NULL; /* -k */
     const char *codecs[64];
@@ -195,10 +222,25 @@ int main(int argc, char **argv) {
         kvq_kv *kv = filled_cache(codecs[ci], d);
         if (!kv) continue;
         const kvq_kv_layer *L = &kv->layers[0];
+        const int rows = row_kind(codecs[ci]);
         uint8_t codes[2][256];
-        kvq_attn_itiles setup;
-        kvq_attn_itiles_setup(L, codes, &setup);
-        for (int isa = kvq_isa_default(); isa >= 0; isa--) {
+        kvq_attn_itiles setup = {0};
+        if (rows < 0) kvq_attn_itiles_setup(L, codes, &setup);
+        if (rows >= 0) { /* decode's tile kernel: the CPU's best */
+            kvq_attn_kernels kern;
+            kvq_attn_kernels_get(kvq_isa_default(), &kern);
+            for (int gi = 0; gi < n_groups; gi++) {
+                const int G = groups[gi];
+                float q[KVQ_ATTN_MAX_G * KVQ_MAX_HEAD_DIM];
+                uint64_t seed = 11 + (uint64_t)G;
+                for (int j = 0; j < G * d; j++) q[j] = 0.25f * (float)kvq_rng_normal(&seed) / 8.0f;
+                const double ghz = core_ghz();
+                print_row(codecs[ci], kvq_isa_name(kvq_isa_default()), G, ghz,
+                          time_kernel(&kern, L, &setup, G, d, NULL, rows, q));
+                ran++;
+            }
+        }
+        for (int isa = kvq_isa_default(); rows < 0 && isa >= 0; isa--) {
             kvq_attn_kernels kern;
             kvq_attn_kernels_get((kvq_isa)isa, &kern);
             if (!kern.integer || (only && strcmp(only, kvq_isa_name((kvq_isa)isa)))) continue;
@@ -217,10 +259,7 @@ int main(int argc, char **argv) {
                     kvq_attn_itiles_query(&kern, &setup, qd, d, &qi[g]);
                 }
                 const double ghz = core_ghz();
-                const result r = time_kernel(&kern, L, &setup, G, d, qi);
-                printf("%-8s %-8s %2d %9.2f %9.1f %6.2f  %016llx\n", codecs[ci], kvq_isa_name((kvq_isa)isa), G,
-                       r.ns_per_token, r.ns_per_token * ghz, ghz, (unsigned long long)r.hash);
-                fflush(stdout);
+                print_row(codecs[ci], kvq_isa_name((kvq_isa)isa), G, ghz, time_kernel(&kern, L, &setup, G, d, qi, -1, NULL));
                 ran++;
             }
         }

@@ -3,9 +3,10 @@
 # of instruction: vector ALU operations (what the vector pipes must issue),
 # vector loads and broadcasts from memory (what the load ports must take),
 # stores, scalar and prefetch instructions; and the vector operations most
-# executed. Counted exactly by callgrind over bench/int_kernel_bench.c (the
-# kernel alone, tiles in cache: its compute, no memory), each executed
-# instruction classified from the disassembly. Where
+# executed (f16 / bf16: the tile kernel over their rows). Counted exactly
+# by callgrind over bench/int_kernel_bench.c (the kernel alone, tiles in
+# cache: its compute, no memory), each executed instruction classified
+# from the disassembly. Where
 # scripts/kernel-instructions.sh says how many instructions a byte costs,
 # this says which pipes they load. Needs valgrind, objdump and python3;
 # ~20 s a codec. Usage:
@@ -17,7 +18,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     -G) G=$2; shift 2 ;;
     -k) kernel=$2; shift 2 ;;
-    -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) break ;;
     esac
 done
@@ -36,13 +37,16 @@ for c in $codecs; do
     valgrind --tool=callgrind --dump-instr=yes --callgrind-out-file="$tmp/cg.out" \
         "$tmp/bench" -k "$kernel" -G "$G" "$c" > "$tmp/out" 2> "$tmp/err" ||
         { echo "kernel-op-mix: $c failed:" >&2; tail -3 "$tmp/err" >&2; exit 1; }
-    python3 - "$tmp/cg.out" "$tmp/dis" "$c" "$kernel" "$G" << 'EOF'
+    python3 - "$tmp/cg.out" "$tmp/dis" "$tmp/out" "$c" "$kernel" "$G" << 'EOF'
 import collections, re, sys
-cg, dis, codec, kernel, G = sys.argv[1:]
+cg, dis, out, codec, kernel, G = sys.argv[1:]
 # the kernel and the per-kind functions it calls (decode_int_avx2.c,
 # decode_vnni.c); -k makes the bench run only that kernel's
-ours = re.compile(r'(kvq_attn_int_avx2|kvq_attn_vnni_avx512|scores_\d+_\d+|pv_\d+_\d+)$')
-tokens = 400 * 512  # bench/int_kernel_bench.c: PASSES x N_TOKENS
+# (f16 / bf16: the tile kernel that reads their rows)
+ours = re.compile(r'(kvq_attn_int_avx2|kvq_attn_vnni_avx512|scores_\d+_\d+|pv_\d+_\d+|kvq_attn_tile_b?f16_avx(2|512))$')
+# the kernel ran passes x tokens tokens: the bench's header says how many
+head = re.search(r'(\d+) tokens in tiles of \d+, best of (\d+)', open(out).readline())
+tokens = int(head.group(1)) * int(head.group(2))
 names, cost, fn, addr, after_call = {}, collections.Counter(), None, 0, False
 for line in open(cg):
     if line.startswith('fn='):
