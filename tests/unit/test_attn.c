@@ -532,6 +532,33 @@ static void integer_case_params(kvq_kv_params *p, const char *ctk, const char *c
 /* The paths with an integer kernel of their own. */
 static const kvq_isa integer_paths[] = {KVQ_ISA_AVX2, KVQ_ISA_AVX512};
 
+/* The median of a codec pair's errors over its cases (every G) in
+ * attn_integer_kernel_every_group_head_dim_and_codec_pair. The per-case
+ * bounds must admit the rare near-one-hot head (rotated: 0.131 where the
+ * pair's median is 0.0115), so a slip that costs every case a little hides
+ * under them (a planted wrong rot3 slot erred 0.336 in one case against
+ * 0.28); the median of a pair's dozen cases does not move with one such
+ * head. Measured on AVX2 (Zen 3, 2026-12-08): medians <= 0.0115 for every
+ * pair (turbo3/turbo3; q4_0/q4_0 0.0081, turbo4/turbo4 0.0083), 4e-5 for
+ * the 15-bit ones (q8_0/q8_0, q8_0/f16, iq4_nl/f16); bound 1.75x the
+ * worst, or the pair's per-case bound where that is lower. A planted 3%
+ * scale error in rotated P x V (every per-case check passed it) fails it
+ * at 0.023. VNNI rounds iq4_nl's query to 8 bits where AVX2 takes 15
+ * (worst cases 3.4-6.5% above), and its medians are not measured yet (no
+ * AVX-512 host since): half the per-case bound there. */
+#define INT8_MEDIAN_BOUND_AVX2 0.02
+#define INT8_MEDIAN_BOUND_VNNI 0.05
+
+static int by_value(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof x[0], by_value);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 /* The integer kernel on its own terms: every G (1..8), head_dim 32..512,
  * tile sizes 16/32/64, K and V codecs mixed, one and two queries (the first
  * of two sees a tile only in part: causal masking inside the kernel), with
@@ -555,91 +582,105 @@ TEST(attn_integer_kernel_every_group_head_dim_and_codec_pair) {
     kvq_threadpool *pool2 = NULL;
     CHECK_OK(kvq_threadpool_create(2, &pool2));
     for (size_t ii = 0; ii < KVQ_ARRAY_LEN(integer_paths); ii++) {
-    const kvq_isa isa = integer_paths[ii];
-    if (!integer_kernel_on(isa)) continue;
-    int idx = 0;
-    for (size_t pi = 0; pi < KVQ_ARRAY_LEN(pairs); pi++)
-        for (int G = 1; G <= 8; G++, idx++) {
-            kvq_kv_params p;
-            integer_case_params(&p, pairs[pi][0], pairs[pi][1], dims[idx % 5], 64, tiles[idx % 3]);
-            const int v_f16 = !strcmp(pairs[pi][1], "f16");
-            p.n_sinks = idx % 2 ? 3 : 0;
-            const int H = 2, d = p.head_dim, n_head = G * H;
-            const int n = p.n_sinks + p.tile_tokens * (2 + idx % 4) + (idx % 3 == 0 ? 1 : 5); /* first query inside a tile */
-            float *k, *v;
-            kvq_test_kv_data(&p, n, 400 + (uint64_t)idx, &k, &v);
-            kvq_kv *kv = NULL;
-            CHECK_OK(kvq_kv_create(&p, &kv));
-            CHECK_OK(kvq_test_fill(kv, n, k, v, NULL));
-            CHECK(kv->layers[0].interleaved[0] && kv->layers[0].interleaved[1] == !v_f16);
-            float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
-            kvq_test_decoded(kv, 0, kd, vd);
-            const int n_q = 1 + idx % 2;
-            float *q = random_queries(n_q * n_head * d, 600 + (uint64_t)idx);
-            for (int i = 0; i < n_q * n_head * d; i++) q[i] *= 0.25f;
-            float *out = malloc(sizeof(float) * (size_t)n_q * n_head * d);
-            float *out2 = malloc(sizeof(float) * (size_t)n_q * n_head * d);
-            double *ref = malloc(sizeof(double) * (size_t)n_head * d);
-            CHECK_OK(kvq_attn_run(kv, 0, NULL, isa, n - n_q, n_q, n_head, q, out));
-            CHECK_OK(kvq_attn_run(kv, 0, pool2, isa, n - n_q, n_q, n_head, q, out2));
-            const double bound = int8_bound(kv->layers[0].codec[0], kv->layers[0].codec[1]);
-            float *kp = malloc(sizeof(float) * (size_t)H * n * d), *vp = malloc(sizeof(float) * (size_t)H * n * d);
-            for (int i = 0; i < n_q; i++) {
-                const int len = n - n_q + i + 1;
-                for (int h = 0; h < H; h++) {
-                    memcpy(kp + (size_t)h * len * d, kd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
-                    memcpy(vp + (size_t)h * len * d, vd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
-                }
-                kvq_attn_ref(n_head, H, d, len, 1.0 / sqrt((double)d), q + (size_t)i * n_head * d, kp, vp, ref);
-                const double e = rel_err(out + (size_t)i * n_head * d, ref, n_head, d);
-                CHECKF(e <= bound, "%s %s/%s G=%d d=%d T=%d n=%d query %d of %d: rel err %.3g > %.3g",
-                       kvq_isa_name(isa), pairs[pi][0], pairs[pi][1], G, d, p.tile_tokens, n, i, n_q, e, bound);
-                if (getenv("KVQ_TEST_VERBOSE"))
-                    printf("    %s %s/%s G=%d d=%d T=%d n=%d q%d: %.3g\n", kvq_isa_name(isa), pairs[pi][0],
-                           pairs[pi][1], G, d, p.tile_tokens, n, i, e);
-            }
-            for (int i = 0; i < n_q * n_head * d; i++)
-                CHECKF(fabsf(out[i] - out2[i]) <= 1e-6f * (1.0f + fabsf(out[i])), "1 vs 2 threads differ at %d", i);
-            /* AVX2 against VNNI on the same cache (where both run): the byte
-             * kinds round alike, the others differ by VNNI's 8-bit p; a slip
-             * in one tile's part of a run (a review planted rotated V reading
-             * the first tile's scales for the second: 0.19) hides inside the
-             * rotated bound, not here. */
-            if (isa == KVQ_ISA_AVX2 && integer_kernel_on(KVQ_ISA_AVX512)) {
-                CHECK_OK(kvq_attn_run(kv, 0, NULL, KVQ_ISA_AVX512, n - n_q, n_q, n_head, q, out2));
+        const kvq_isa isa = integer_paths[ii];
+        if (!integer_kernel_on(isa)) continue;
+        int idx = 0;
+        for (size_t pi = 0; pi < KVQ_ARRAY_LEN(pairs); pi++) {
+            double errs[16], pair_bound = 0; /* the pair's errors, 8 G x up to 2 queries (INT8_MEDIAN_BOUND_*) */
+            int n_errs = 0;
+            for (int G = 1; G <= 8; G++, idx++) {
+                kvq_kv_params p;
+                integer_case_params(&p, pairs[pi][0], pairs[pi][1], dims[idx % 5], 64, tiles[idx % 3]);
+                const int v_f16 = !strcmp(pairs[pi][1], "f16");
+                p.n_sinks = idx % 2 ? 3 : 0;
+                const int H = 2, d = p.head_dim, n_head = G * H;
+                /* the first query inside a tile */
+                const int n = p.n_sinks + p.tile_tokens * (2 + idx % 4) + (idx % 3 == 0 ? 1 : 5);
+                float *k, *v;
+                kvq_test_kv_data(&p, n, 400 + (uint64_t)idx, &k, &v);
+                kvq_kv *kv = NULL;
+                CHECK_OK(kvq_kv_create(&p, &kv));
+                CHECK_OK(kvq_test_fill(kv, n, k, v, NULL));
+                CHECK(kv->layers[0].interleaved[0] && kv->layers[0].interleaved[1] == !v_f16);
+                float *kd = malloc(sizeof(float) * (size_t)H * n * d), *vd = malloc(sizeof(float) * (size_t)H * n * d);
+                kvq_test_decoded(kv, 0, kd, vd);
+                const int n_q = 1 + idx % 2;
+                float *q = random_queries(n_q * n_head * d, 600 + (uint64_t)idx);
+                for (int i = 0; i < n_q * n_head * d; i++) q[i] *= 0.25f;
+                float *out = malloc(sizeof(float) * (size_t)n_q * n_head * d);
+                float *out2 = malloc(sizeof(float) * (size_t)n_q * n_head * d);
+                double *ref = malloc(sizeof(double) * (size_t)n_head * d);
+                CHECK_OK(kvq_attn_run(kv, 0, NULL, isa, n - n_q, n_q, n_head, q, out));
+                CHECK_OK(kvq_attn_run(kv, 0, pool2, isa, n - n_q, n_q, n_head, q, out2));
+                const double bound = int8_bound(kv->layers[0].codec[0], kv->layers[0].codec[1]);
+                float *kp = malloc(sizeof(float) * (size_t)H * n * d), *vp = malloc(sizeof(float) * (size_t)H * n * d);
                 for (int i = 0; i < n_q; i++) {
-                    double *o2 = ref; /* reused as the VNNI output in double */
-                    for (int j = 0; j < n_head * d; j++) o2[j] = out2[(size_t)i * n_head * d + j];
-                    const double e = rel_err(out + (size_t)i * n_head * d, o2, n_head, d);
+                    const int len = n - n_q + i + 1;
+                    for (int h = 0; h < H; h++) {
+                        memcpy(kp + (size_t)h * len * d, kd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
+                        memcpy(vp + (size_t)h * len * d, vd + (size_t)h * n * d, sizeof(float) * (size_t)len * d);
+                    }
+                    kvq_attn_ref(n_head, H, d, len, 1.0 / sqrt((double)d), q + (size_t)i * n_head * d, kp, vp, ref);
+                    const double e = rel_err(out + (size_t)i * n_head * d, ref, n_head, d);
+                    CHECKF(e <= bound, "%s %s/%s G=%d d=%d T=%d n=%d query %d of %d: rel err %.3g > %.3g",
+                           kvq_isa_name(isa), pairs[pi][0], pairs[pi][1], G, d, p.tile_tokens, n, i, n_q, e, bound);
+                    errs[n_errs++] = e;
+                    pair_bound = bound;
                     if (getenv("KVQ_TEST_VERBOSE"))
-                        printf("    avx2-vnni %s/%s G=%d d=%d T=%d n=%d q%d: %.3g\n", pairs[pi][0], pairs[pi][1], G,
-                               d, p.tile_tokens, n, i, e);
-                    const double b = !strcmp(pairs[pi][0], "iq4_nl") ? AVX2_VS_VNNI_BOUND_IQ4NL_K : AVX2_VS_VNNI_BOUND;
-                    CHECKF(e <= b, "%s/%s G=%d d=%d T=%d n=%d query %d: AVX2 vs VNNI rel diff %.3g",
-                           pairs[pi][0], pairs[pi][1], G, d, p.tile_tokens, n, i, e);
+                        printf("    %s %s/%s G=%d d=%d T=%d n=%d q%d: %.3g\n", kvq_isa_name(isa), pairs[pi][0],
+                               pairs[pi][1], G, d, p.tile_tokens, n, i, e);
                 }
+                for (int i = 0; i < n_q * n_head * d; i++)
+                    CHECKF(fabsf(out[i] - out2[i]) <= 1e-6f * (1.0f + fabsf(out[i])), "1 vs 2 threads differ at %d", i);
+                /* AVX2 against VNNI on the same cache (where both run): the byte
+                 * kinds round alike, the others differ by VNNI's 8-bit p; a slip
+                 * in one tile's part of a run (a review planted rotated V reading
+                 * the first tile's scales for the second: 0.19) hides inside the
+                 * rotated bound, not here. */
+                if (isa == KVQ_ISA_AVX2 && integer_kernel_on(KVQ_ISA_AVX512)) {
+                    CHECK_OK(kvq_attn_run(kv, 0, NULL, KVQ_ISA_AVX512, n - n_q, n_q, n_head, q, out2));
+                    for (int i = 0; i < n_q; i++) {
+                        double *o2 = ref; /* reused as the VNNI output in double */
+                        for (int j = 0; j < n_head * d; j++) o2[j] = out2[(size_t)i * n_head * d + j];
+                        const double e = rel_err(out + (size_t)i * n_head * d, o2, n_head, d);
+                        if (getenv("KVQ_TEST_VERBOSE"))
+                            printf("    avx2-vnni %s/%s G=%d d=%d T=%d n=%d q%d: %.3g\n", pairs[pi][0], pairs[pi][1], G,
+                                   d, p.tile_tokens, n, i, e);
+                        const double b =
+                            !strcmp(pairs[pi][0], "iq4_nl") ? AVX2_VS_VNNI_BOUND_IQ4NL_K : AVX2_VS_VNNI_BOUND;
+                        CHECKF(e <= b, "%s/%s G=%d d=%d T=%d n=%d query %d: AVX2 vs VNNI rel diff %.3g",
+                               pairs[pi][0], pairs[pi][1], G, d, p.tile_tokens, n, i, e);
+                    }
+                }
+                /* The VNNI-only kernels compute the same integers as the VBMI
+                 * ones (vpermb for the 2- and 3-bit kinds). */
+                if (isa == KVQ_ISA_AVX512 && kvq_cpu_has_vbmi()) {
+                    kvq_cpu_vbmi_off(1);
+                    CHECK_OK(kvq_attn_run(kv, 0, NULL, isa, n - n_q, n_q, n_head, q, out2));
+                    kvq_cpu_vbmi_off(0);
+                    CHECKF(!memcmp(out, out2, sizeof(float) * (size_t)n_q * n_head * d),
+                           "%s/%s G=%d d=%d: the VNNI-only decode differs from the VBMI one", pairs[pi][0],
+                           pairs[pi][1], G, d);
+                }
+                free(kp);
+                free(vp);
+                free(q);
+                free(out);
+                free(out2);
+                free(ref);
+                free(kd);
+                free(vd);
+                free(k);
+                free(v);
+                kvq_kv_free(kv);
+                if (kvq_test_failed()) goto done;
             }
-            /* The VNNI-only kernels compute the same integers as the VBMI ones (vpermb for the 2- and 3-bit kinds). */
-            if (isa == KVQ_ISA_AVX512 && kvq_cpu_has_vbmi()) {
-                kvq_cpu_vbmi_off(1);
-                CHECK_OK(kvq_attn_run(kv, 0, NULL, isa, n - n_q, n_q, n_head, q, out2));
-                kvq_cpu_vbmi_off(0);
-                CHECKF(!memcmp(out, out2, sizeof(float) * (size_t)n_q * n_head * d),
-                       "%s/%s G=%d d=%d: the VNNI-only decode differs from the VBMI one", pairs[pi][0],
-                       pairs[pi][1], G, d);
-            }
-            free(kp);
-            free(vp);
-            free(q);
-            free(out);
-            free(out2);
-            free(ref);
-            free(kd);
-            free(vd);
-            free(k);
-            free(v);
-            kvq_kv_free(kv);
-            if (kvq_test_failed()) goto done;
+            const double med = median(errs, n_errs);
+            const double mb = fmin(pair_bound, isa == KVQ_ISA_AVX2 ? INT8_MEDIAN_BOUND_AVX2 : INT8_MEDIAN_BOUND_VNNI);
+            CHECKF(med <= mb, "%s %s/%s: median rel err over its %d cases %.3g > %.3g", kvq_isa_name(isa),
+                   pairs[pi][0], pairs[pi][1], n_errs, med, mb);
+            if (getenv("KVQ_TEST_VERBOSE"))
+                printf("    %s %s/%s median of %d: %.3g\n", kvq_isa_name(isa), pairs[pi][0], pairs[pi][1], n_errs, med);
         }
     }
 done:
