@@ -409,18 +409,14 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
 #pragma GCC unroll 4
                                     for (int g = 0; g < G; g++) flush16(&a[g][0], &a16[g]);
                             }
-                        } else {
-                            /* q5: bit k of byte 4t + j of the block's fifth-bit vector: dim 4k + j */
-                            const __m256i hi = has_hi(KIND) ? ld256(grp + (size_t)16 * nb * 16 + 64 * (size_t)b)
-                                                            : _mm256_setzero_si256();
+                        } else { /* iq4_nl: its values + 128 span 0..255 as u8, so 16 bits */
 #pragma GCC unroll 4
                             for (int m = 0; m < 4; m++) { /* low nibbles dims 32b + 8m.., high + 4 */
-                                const __m256i z = ld256(grp + (size_t)(4 * b + m) * 64);
+                                __m256i c[2];
+                                nibble_pair(KIND, ld256(grp + (size_t)(4 * b + m) * 64), _mm256_setzero_si256(), 0, lut, c);
 #pragma GCC unroll 2
                                 for (int nib = 0; nib < 2; nib++) {
-                                    __m256i c = nibbles(KIND, z, nib, lut);
-                                    if (has_hi(KIND)) c = _mm256_or_si256(c, fifth_bit(hi, 2 * m + nib));
-                                    const wide x = widen(c);
+                                    const wide x = widen(c[nib]);
 #pragma GCC unroll 4
                                     for (int g = 0; g < G; g++) mac(x, bcast4w(q[g].w + 32 * b + 8 * m + 4 * nib), a[g]);
                                 }
