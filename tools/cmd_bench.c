@@ -177,6 +177,7 @@ typedef struct {
     /* Progress and ETA. */
     int is_tty;
     long runs_done, cells_total;
+    double runs_s; /* the runs' own seconds (the elapsed time holds the prefills too) */
     double t_start;
     double *last_run_s;            /* (n_tests, n_cfg): the latest run's seconds, for the ETA */
     long *runs_left;               /* (n_tests, n_cfg) */
@@ -736,14 +737,21 @@ static double positions(long t0, long t1) { return 0.5 * (double)(t1 - t0) * (do
 static void progress(bench *b, const char *what, int log_it) {
     if (!b->is_tty && !log_it) return;
     const double el = cli_now() - b->t_start;
-    double eta = 0, mean = b->runs_done ? el / (double)b->runs_done : 0;
+    /* a config not yet run is estimated at the mean of the runs so far */
+    double eta = 0, mean = b->runs_done ? b->runs_s / (double)b->runs_done : 0;
     const int nt = b->prompts.n + b->gens.n;
-    for (int i = 0; i < nt * b->n_cfg; i++) eta += b->runs_left[i] * (b->last_run_s[i] > 0 ? b->last_run_s[i] : mean);
+    long runs_left = 0;
+    for (int i = 0; i < nt * b->n_cfg; i++) {
+        eta += b->runs_left[i] * (b->last_run_s[i] > 0 ? b->last_run_s[i] : mean);
+        runs_left += b->runs_left[i];
+    }
     if (b->prefill_tok > 0) eta += b->prefill_tok_left * b->prefill_rest_s / b->prefill_tok;
     if (b->prefill_pos > 0) eta += b->prefill_pos_left * b->prefill_attn_s / b->prefill_pos;
     char line[256];
-    if (b->runs_done || b->prefill_tok > 0)
+    if (b->runs_done || !runs_left)
         snprintf(line, sizeof line, "%s | %.1f s elapsed, ETA %.0f s", what, el, eta);
+    else if (b->prefill_tok > 0 && b->prefill_tok_left > 0) /* the prefills are timed, the runs not yet */
+        snprintf(line, sizeof line, "%s | %.1f s elapsed, ETA %.0f s + the runs (after the first)", what, el, eta);
     else /* nothing measured yet to estimate from */
         snprintf(line, sizeof line, "%s | %.1f s elapsed, ETA after the first piece", what, el);
     if (b->is_tty)
@@ -932,6 +940,7 @@ static int bench_threads(bench *b, int mi, const kvq_model *model, int threads, 
                     waiting = c;
                 }
                 b->runs_done++;
+                b->runs_s += t1 - t0;
                 b->last_run_s[ti * b->n_cfg + k] = t1 - t0;
                 b->runs_left[ti * b->n_cfg + k]--;
             }
