@@ -157,3 +157,30 @@ def test_bench_fill_copy_builds_the_same_caches():
     assert len(rows["copy"]) == 6 and rows["copy"] == rows["prefill"], rows
     r = _bench(args + ["--fill", "sideways"], model)
     assert r.returncode == 2 and "--fill" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_bench_eta_counts_the_runs_not_the_prefill():
+    """The progress lines' ETA after a deep prefill: a config not yet run was
+    estimated from the elapsed time over the runs so far, the prefill
+    included, so with one run done and a few left the ETA read several
+    times the prefill while the sweep had a second to go. Each line's ETA
+    must stay within a few seconds of the time the sweep really had left."""
+    model = _model()
+    if model is None:
+        return
+    args = ["-p", "0", "-n", "2", "-d", "2048", "-r", "2", "-t", "2", "--kv", "q4_0,turbo3", "--fill", "copy",
+            "-o", "jsonl"]
+    r = _bench(args, model)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.strip().splitlines()
+    total = float(lines[-1].split(" runs in ")[1].split(" s")[0])
+    runs = [line for line in lines if line.startswith("cell ")]
+    assert len(runs) == 2 * 2 * 2 + 1, lines
+    for line in runs:
+        elapsed = float(line.split("| ")[1].split(" s elapsed")[0])
+        if "ETA " not in line or " s" not in line.split("ETA ")[1]:
+            continue  # "ETA after the first piece": nothing timed yet
+        eta = float(line.split("ETA ")[1].split(" s")[0])
+        assert eta <= 2 * (total - elapsed) + 5, (line, total)
+    # the first run's line comes before any run is timed: no ETA of 0 s
+    assert "ETA 0 s" not in runs[0], runs[0]
