@@ -259,7 +259,8 @@ int main(int argc, char **argv) {
                     kvq_attn_itiles_query(&kern, &setup, qd, d, &qi[g]);
                 }
                 const double ghz = core_ghz();
-                print_row(codecs[ci], kvq_isa_name((kvq_isa)isa), G, ghz, time_kernel(&kern, L, &setup, G, d, qi, -1, NULL));
+                print_row(codecs[ci], kvq_isa_name((kvq_isa)isa), G, ghz,
+                          time_kernel(&kern, L, &setup, G, d, qi, -1, NULL));
                 ran++;
             }
         }

@@ -413,7 +413,8 @@ KVQ_TARGET_AVX2 static KVQ_ALWAYS_INLINE void scores(const int KIND, const int G
 #pragma GCC unroll 4
                             for (int m = 0; m < 4; m++) { /* low nibbles dims 32b + 8m.., high + 4 */
                                 __m256i c[2];
-                                nibble_pair(KIND, ld256(grp + (size_t)(4 * b + m) * 64), _mm256_setzero_si256(), 0, lut, c);
+                                const __m256i z = ld256(grp + (size_t)(4 * b + m) * 64);
+                                nibble_pair(KIND, z, _mm256_setzero_si256(), 0, lut, c);
 #pragma GCC unroll 2
                                 for (int nib = 0; nib < 2; nib++) {
                                     const wide x = widen(c[nib]);
